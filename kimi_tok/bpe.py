@@ -1,0 +1,410 @@
+"""Byte-pair encoding of pre-tokenized pieces, compiled with numba.
+
+Same algorithm as tiktoken (``_educational.bpe_encode`` is the readable spec):
+
+1. a piece that is itself a vocabulary token is that token;
+2. otherwise start from single bytes and repeatedly merge the adjacent pair whose
+   concatenation has the lowest rank, the leftmost one on ties.
+
+Tables are built once per vocabulary (``BpeTables``): a dense 256x256 table for
+the first round of byte pairs, a pair -> merged-token table for later rounds
+and a byte-span hash table for whole-piece look-ups. Pieces of up to
+``SMALL_PIECE_BYTES`` merge in a fixed scratch buffer with a linear min-rank scan;
+longer ones use a heap over a linked list of parts (O(n log n), so a 25,000
+letter run stays fast). A per-call piece cache makes a repeated word merge once.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .jit import kernel, leaf
+from .hashing import (
+    EMPTY,
+    build_span_table,
+    find_span,
+    hash_span,
+    int_slot,
+    spans_equal,
+    table_size_for,
+)
+
+NO_MERGE = np.int32(0x7FFFFFFF)  # rank of a pair that is not in the vocabulary
+SMALL_PIECE_BYTES = 32  # pieces up to this size merge in the scratch buffer
+PAIR_SHIFT = 32  # pair key = left << PAIR_SHIFT | right
+RANK_SHIFT = 32  # heap entry = rank << RANK_SHIFT | part index
+LOW_32_BITS = (1 << 32) - 1
+MIN_PIECE_CACHE_SLOTS = 1 << 8
+MAX_PIECE_CACHE_SLOTS = 1 << 20  # bounds the per-call cache: ~40 MB at most
+
+
+class BpeTables(NamedTuple):
+    """Everything the BPE kernels read, built once per vocabulary."""
+
+    token_bytes: np.ndarray  # uint8, every token's bytes in rank order
+    token_offsets: np.ndarray  # int64[n + 1]
+    token_slots: np.ndarray  # int32 hash slots -> rank
+    byte_rank: np.ndarray  # int32[256]
+    byte_pair_rank: np.ndarray  # int32[256 * 256], NO_MERGE when absent
+    pair_keys: np.ndarray  # int64 hash slots of (left, right)
+    pair_ranks: np.ndarray  # int32 merged rank per pair slot
+
+
+def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeTables:
+    """Build the tables for a vocabulary whose rank ``i`` is ``token_bytes[off[i]:off[i+1]]``.
+
+    Raises ``ValueError`` when a token repeats or a single byte has no token.
+    """
+    n_tokens = token_offsets.shape[0] - 1
+    slots, duplicate = build_span_table(token_bytes, token_offsets, table_size_for(n_tokens))
+    if duplicate >= 0:
+        raise ValueError(f"vocabulary token of rank {duplicate} repeats an earlier token")
+    byte_rank, byte_pair_rank = _byte_tables(token_bytes, token_offsets, slots)
+    missing = np.flatnonzero(byte_rank < 0)
+    if missing.size:
+        raise ValueError(
+            f"vocabulary lacks single-byte tokens (byte-level BPE needs all 256), e.g. byte {missing[0]}"
+        )
+    n_pairs = _count_pairs(token_bytes, token_offsets, slots)
+    pair_keys, pair_ranks = _build_pair_table(
+        token_bytes, token_offsets, slots, table_size_for(n_pairs)
+    )
+    return BpeTables(token_bytes, token_offsets, slots, byte_rank, byte_pair_rank, pair_keys, pair_ranks)
+
+
+@kernel
+def _byte_tables(token_bytes, token_offsets, slots):
+    byte_rank = np.full(256, EMPTY, dtype=np.int32)
+    byte_pair_rank = np.full(256 * 256, NO_MERGE, dtype=np.int32)
+    probe = np.zeros(2, dtype=np.uint8)
+    for a in range(256):
+        probe[0] = a
+        byte_rank[a] = find_span(slots, token_bytes, token_offsets, probe, 0, 1, hash_span(probe, 0, 1))
+        for b in range(256):
+            probe[1] = b
+            rank = find_span(slots, token_bytes, token_offsets, probe, 0, 2, hash_span(probe, 0, 2))
+            if rank != EMPTY:
+                byte_pair_rank[a * 256 + b] = rank
+    return byte_rank, byte_pair_rank
+
+
+@kernel
+def _for_each_split(token_bytes, token_offsets, slots, pair_keys, pair_ranks, count_only):
+    """Visit every split of every token into two tokens; count or insert the pairs."""
+    n_pairs = 0
+    mask = pair_keys.shape[0] - 1
+    for merged in range(token_offsets.shape[0] - 1):
+        start = token_offsets[merged]
+        end = token_offsets[merged + 1]
+        for cut in range(start + 1, end):
+            left = find_span(slots, token_bytes, token_offsets, token_bytes, start, cut,
+                             hash_span(token_bytes, start, cut))
+            if left == EMPTY:
+                continue
+            right = find_span(slots, token_bytes, token_offsets, token_bytes, cut, end,
+                              hash_span(token_bytes, cut, end))
+            if right == EMPTY:
+                continue
+            n_pairs += 1
+            if not count_only:
+                key = (np.int64(left) << PAIR_SHIFT) | right
+                slot = int_slot(key, mask)
+                while pair_keys[slot] != EMPTY:
+                    slot = (slot + 1) & mask
+                pair_keys[slot] = key
+                pair_ranks[slot] = merged
+    return n_pairs
+
+
+def _count_pairs(token_bytes, token_offsets, slots) -> int:
+    none = np.full(1, EMPTY, dtype=np.int64)
+    return _for_each_split(token_bytes, token_offsets, slots, none, none.astype(np.int32), True)
+
+
+def _build_pair_table(token_bytes, token_offsets, slots, n_slots):
+    pair_keys = np.full(n_slots, EMPTY, dtype=np.int64)
+    pair_ranks = np.full(n_slots, NO_MERGE, dtype=np.int32)
+    _for_each_split(token_bytes, token_offsets, slots, pair_keys, pair_ranks, False)
+    return pair_keys, pair_ranks
+
+
+@leaf
+def pair_rank(tables, left, right):
+    """Rank of the token whose bytes are ``left`` + ``right``, or ``NO_MERGE``."""
+    key = (np.int64(left) << PAIR_SHIFT) | right
+    keys = tables.pair_keys
+    mask = keys.shape[0] - 1
+    slot = int_slot(key, mask)
+    while True:
+        k = keys[slot]
+        if k == key:
+            return tables.pair_ranks[slot]
+        if k == EMPTY:
+            return NO_MERGE
+        slot = (slot + 1) & mask
+
+
+@leaf
+def merge_small_piece(tables, buf, start, end, parts, ranks):
+    """Merge ``buf[start:end]`` (at most ``SMALL_PIECE_BYTES``) in place; returns the part count.
+
+    ``parts[:count]`` are the resulting token ids. ``ranks[i]`` is the rank of
+    merging part ``i`` with part ``i + 1``.
+    """
+    count = end - start
+    for i in range(count):
+        parts[i] = tables.byte_rank[buf[start + i]]
+    for i in range(count - 1):
+        ranks[i] = tables.byte_pair_rank[np.int64(buf[start + i]) * 256 + buf[start + i + 1]]
+    while count > 1:
+        best = NO_MERGE
+        at = -1
+        for i in range(count - 1):
+            if ranks[i] < best:
+                best = ranks[i]
+                at = i
+        if at < 0:
+            break
+        parts[at] = best
+        for i in range(at + 1, count - 1):
+            parts[i] = parts[i + 1]
+        for i in range(at + 1, count - 2):
+            ranks[i] = ranks[i + 1]
+        count -= 1
+        if at > 0:
+            ranks[at - 1] = pair_rank(tables, parts[at - 1], parts[at])
+        if at < count - 1:
+            ranks[at] = pair_rank(tables, parts[at], parts[at + 1])
+    return count
+
+
+@leaf
+def _heap_push(heap, size, value):
+    i = size
+    heap[i] = value
+    while i > 0:
+        parent = (i - 1) >> 1
+        if heap[parent] <= heap[i]:
+            break
+        heap[parent], heap[i] = heap[i], heap[parent]
+        i = parent
+    return size + 1
+
+
+@leaf
+def _heap_pop(heap, size):
+    top = heap[0]
+    size -= 1
+    heap[0] = heap[size]
+    i = 0
+    while True:
+        smallest = i
+        left = 2 * i + 1
+        right = left + 1
+        if left < size and heap[left] < heap[smallest]:
+            smallest = left
+        if right < size and heap[right] < heap[smallest]:
+            smallest = right
+        if smallest == i:
+            break
+        heap[smallest], heap[i] = heap[i], heap[smallest]
+        i = smallest
+    return top, size
+
+
+class MergeScratch(NamedTuple):
+    """Work arrays for merging, allocated once per call (merging never allocates)."""
+
+    parts: np.ndarray  # int32 token id of each part
+    ranks: np.ndarray  # int32 rank of merging part i with the next part
+    next_part: np.ndarray  # int64 linked list of live parts (long pieces)
+    prev_part: np.ndarray  # int64
+    heap: np.ndarray  # int64 entries rank << RANK_SHIFT | part
+
+
+@kernel
+def new_merge_scratch(longest_piece):
+    n = max(longest_piece, SMALL_PIECE_BYTES)
+    return MergeScratch(
+        np.empty(n, dtype=np.int32),
+        np.empty(n, dtype=np.int32),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(2 * n, dtype=np.int64),
+    )
+
+
+@leaf
+def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
+    """Merge a piece of any length with a heap of (rank, position); returns the new ``n_out``.
+
+    A heap entry is live while its left part still exists and still has that
+    rank with its current right neighbour: a changed neighbour means longer
+    bytes, hence a different rank, so stale entries are recognised exactly.
+    """
+    count = end - start
+    parts = scratch.parts
+    ranks = scratch.ranks
+    next_part = scratch.next_part
+    prev_part = scratch.prev_part
+    heap = scratch.heap
+    size = 0
+    for i in range(count):
+        parts[i] = tables.byte_rank[buf[start + i]]
+        next_part[i] = i + 1
+        prev_part[i] = i - 1
+        ranks[i] = NO_MERGE
+    for i in range(count - 1):
+        ranks[i] = tables.byte_pair_rank[np.int64(buf[start + i]) * 256 + buf[start + i + 1]]
+        if ranks[i] != NO_MERGE:
+            size = _heap_push(heap, size, (np.int64(ranks[i]) << RANK_SHIFT) | i)
+    while size > 0:
+        entry, size = _heap_pop(heap, size)
+        rank = np.int32(entry >> RANK_SHIFT)
+        at = entry & LOW_32_BITS
+        if parts[at] < 0:
+            continue  # stale: the part was merged into its left neighbour
+        if ranks[at] != rank:
+            continue  # stale: the part's right neighbour changed
+        right = next_part[at]
+        parts[at] = rank
+        parts[right] = -1
+        after = next_part[right]
+        next_part[at] = after
+        ranks[at] = NO_MERGE
+        if after < count:
+            prev_part[after] = at
+            ranks[at] = pair_rank(tables, rank, parts[after])
+            if ranks[at] != NO_MERGE:
+                size = _heap_push(heap, size, (np.int64(ranks[at]) << RANK_SHIFT) | at)
+        before = prev_part[at]
+        if before >= 0:
+            ranks[before] = pair_rank(tables, parts[before], rank)
+            if ranks[before] != NO_MERGE:
+                size = _heap_push(heap, size, (np.int64(ranks[before]) << RANK_SHIFT) | before)
+    i = 0
+    while i < count:
+        out[n_out] = parts[i]
+        n_out += 1
+        i = next_part[i]
+    return n_out
+
+
+@leaf
+def merge_piece(tables, buf, start, end, out, n_out, scratch):
+    """Merge a piece that is not a token; writes its ids at ``out[n_out:]``."""
+    if end - start <= SMALL_PIECE_BYTES:
+        count = merge_small_piece(tables, buf, start, end, scratch.parts, scratch.ranks)
+        for i in range(count):
+            out[n_out + i] = scratch.parts[i]
+        return n_out + count
+    return merge_long_piece(tables, buf, start, end, out, n_out, scratch)
+
+
+class PieceCache(NamedTuple):
+    """Per-call cache of merged pieces; values point at their first ids in ``out``."""
+
+    slots: np.ndarray  # int64 entry index per slot
+    piece_start: np.ndarray  # int64 byte offset of the first occurrence
+    piece_len: np.ndarray  # int64
+    ids_at: np.ndarray  # int64 offset of its ids in the output
+    ids_len: np.ndarray  # int64
+
+
+@kernel
+def new_piece_cache(n_pieces):
+    n_slots = MIN_PIECE_CACHE_SLOTS
+    while n_slots < n_pieces and n_slots < MAX_PIECE_CACHE_SLOTS:
+        n_slots *= 2
+    capacity = n_slots // 2
+    return PieceCache(
+        np.full(n_slots, EMPTY, dtype=np.int64),
+        np.empty(capacity, dtype=np.int64),
+        np.empty(capacity, dtype=np.int64),
+        np.empty(capacity, dtype=np.int64),
+        np.empty(capacity, dtype=np.int64),
+    )
+
+
+@leaf
+def encode_piece(tables, cache, n_cached, buf, start, end, out, n_out, scratch):
+    """Write the ids of the piece ``buf[start:end]``; returns ``(n_out, n_cached)``."""
+    length = end - start
+    if length == 1:
+        out[n_out] = tables.byte_rank[buf[start]]
+        return n_out + 1, n_cached
+    h = hash_span(buf, start, end)
+    rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end, h)
+    if rank != EMPTY:
+        out[n_out] = rank
+        return n_out + 1, n_cached
+    mask = cache.slots.shape[0] - 1
+    slot = np.int64(h & np.uint64(mask))
+    while True:
+        entry = cache.slots[slot]
+        if entry == EMPTY:
+            break
+        if cache.piece_len[entry] == length and spans_equal(
+            buf, cache.piece_start[entry], buf, start, length
+        ):
+            first = cache.ids_at[entry]
+            for i in range(cache.ids_len[entry]):
+                out[n_out + i] = out[first + i]
+            return n_out + cache.ids_len[entry], n_cached
+        slot = (slot + 1) & mask
+    n_new = merge_piece(tables, buf, start, end, out, n_out, scratch)
+    if n_cached < cache.piece_start.shape[0]:
+        cache.slots[slot] = n_cached
+        cache.piece_start[n_cached] = start
+        cache.piece_len[n_cached] = length
+        cache.ids_at[n_cached] = n_out
+        cache.ids_len[n_cached] = n_new - n_out
+        n_cached += 1
+    return n_new, n_cached
+
+
+@leaf
+def longest_piece(run_start, run_special, first_piece, piece_end):
+    longest = 0
+    for r in range(run_start.shape[0]):
+        if run_special[r] >= 0:
+            continue
+        start = run_start[r]
+        for p in range(first_piece[r], first_piece[r + 1]):
+            longest = max(longest, piece_end[p] - start)
+            start = piece_end[p]
+    return longest
+
+
+def max_ids(buf_len: int, n_runs: int) -> int:
+    """An upper bound on the ids of a call: every id covers at least one byte."""
+    return buf_len + n_runs
+
+
+@kernel
+def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece_end, out):
+    """Ids of every run into ``out`` (sized by ``max_ids``); returns how many were written."""
+    scratch = new_merge_scratch(longest_piece(run_start, run_special, first_piece, piece_end))
+    cache = new_piece_cache(piece_end.shape[0])
+    n_out = 0
+    n_cached = 0
+    for r in range(run_start.shape[0]):
+        if run_special[r] >= 0:
+            out[n_out] = run_special[r]
+            n_out += 1
+            continue
+        start = run_start[r]
+        for p in range(first_piece[r], first_piece[r + 1]):
+            end = piece_end[p]
+            n_out, n_cached = encode_piece(tables, cache, n_cached, buf, start, end, out, n_out, scratch)
+            start = end
+    return n_out
+
+
+@leaf
+def lookup_token(tables, buf):
+    """Rank of the token whose bytes are ``buf``, or ``EMPTY``."""
+    n = buf.shape[0]
+    return find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, 0, n, hash_span(buf, 0, n))

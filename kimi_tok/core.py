@@ -1,0 +1,341 @@
+"""The public facade: ``Tokenizer`` and ``Encoding``.
+
+One ``encode_segments`` call runs the pipeline, each stage a module:
+
+    segments.pack_segments      segments -> one UTF-8 buffer + offsets
+    chunking.cut_substrings     tiktoken-safe 400k / 25k cuts
+    specials.split_specials     special tokens vs text runs
+    pretokenize (scanner)       text runs -> pieces (compiled Kimi scanner or PCRE2 JIT)
+    bpe.encode_runs             pieces -> ids in one preallocated uint32 array
+
+Every compiled stage runs without the GIL, so threads can share a Tokenizer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .jit import kernel
+from . import bpe
+from .chunking import cut_substrings
+from .load import Vocabulary
+from .pretokenize import KIMI_PATTERN, pretokenizer_for
+from .segments import PackedSegments, pack_segments
+from .specials import build_special_table, split_specials
+from .unicode_classes import code_point_flags
+
+ID_DTYPE = np.uint32
+
+
+class Encoding:
+    """The ids of one call, in a ``uint32`` NumPy array.
+
+    >>> enc = kimi_tok.kimi_k3().encode("hello world")
+    >>> len(enc), enc.ids
+    (2, [22931, 2695])
+    """
+
+    __slots__ = ("_ids", "_special_mask")
+
+    def __init__(self, ids: np.ndarray, special_mask=None) -> None:
+        self._ids: np.ndarray | None = ids
+        self._special_mask = special_mask
+
+    def _array(self) -> np.ndarray:
+        if self._ids is None:
+            raise ValueError("this Encoding was drained by into_numpy()")
+        return self._ids
+
+    def __len__(self) -> int:
+        return len(self._array())
+
+    def __repr__(self) -> str:
+        if self._ids is None:
+            return "Encoding(drained)"
+        return f"Encoding(n_ids={len(self._ids)})"
+
+    @property
+    def ids(self) -> list[int]:
+        """The ids as a Python list (a copy; prefer ``into_numpy`` for long prompts)."""
+        return self._array().tolist()
+
+    def into_numpy(
+        self,
+        ids: bool = True,
+        attention_mask: bool = False,
+        type_ids: bool = False,
+        special_tokens_mask: bool = False,
+    ) -> dict[str, np.ndarray]:
+        """Hand the ids to NumPy without copying; the Encoding is drained afterwards.
+
+        Returns a dict with the requested ``uint32`` arrays: ``"ids"``,
+        ``"attention_mask"`` (ones), ``"type_ids"`` (zeros) and
+        ``"special_tokens_mask"`` (1 where the id is a special token).
+        """
+        array = self._array()
+        result: dict[str, np.ndarray] = {}
+        if ids:
+            result["ids"] = array
+        if attention_mask:
+            result["attention_mask"] = np.ones(len(array), dtype=ID_DTYPE)
+        if type_ids:
+            result["type_ids"] = np.zeros(len(array), dtype=ID_DTYPE)
+        if special_tokens_mask:
+            result["special_tokens_mask"] = self._special_mask(array).astype(ID_DTYPE)
+        self._ids = None
+        return result
+
+
+@kernel
+def _gather_bytes(ids, all_bytes, all_offsets):
+    total = 0
+    for t in ids:
+        total += all_offsets[t + 1] - all_offsets[t]
+    out = np.empty(total, dtype=np.uint8)
+    at = 0
+    for t in ids:
+        start = all_offsets[t]
+        length = all_offsets[t + 1] - start
+        out[at:at + length] = all_bytes[start:start + length]
+        at += length
+    return out
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's printable alphabet for bytes, used by ``id_to_token``/``token_to_id`` (as HF does)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+BYTE_TO_CHAR = _bytes_to_unicode()
+CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
+
+
+class Tokenizer:
+    """An exact tiktoken-compatible BPE tokenizer (Kimi K3 by default).
+
+    >>> tok = kimi_tok.kimi_k3()
+    >>> tok.encode_segments([("<|open|>", True), ("message", False)]).ids
+    [163587, 2113]
+    """
+
+    def __init__(
+        self,
+        vocabulary: Vocabulary,
+        special_tokens: dict[str, int] | None = None,
+        pattern: str = KIMI_PATTERN,
+        name: str = "kimi_k3",
+    ) -> None:
+        special_tokens = dict(special_tokens or {})
+        n_ranks = vocabulary.token_offsets.shape[0] - 1
+        for text, id_ in special_tokens.items():
+            if not isinstance(text, str) or not isinstance(id_, int) or id_ < 0:
+                raise ValueError(f"special token {text!r}: id must be a non-negative int, got {id_!r}")
+            if id_ < n_ranks:
+                raise ValueError(f"special token {text!r}: id {id_} collides with a mergeable rank")
+        if len(set(special_tokens.values())) != len(special_tokens):
+            raise ValueError("special tokens: two tokens share one id")
+        self.name = name
+        self.pattern = pattern
+        self._vocabulary = vocabulary
+        self._special_tokens = special_tokens
+        self._flags = code_point_flags()
+        self._bpe = bpe.build_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)
+        self._specials = build_special_table(special_tokens or {"\uffff\uffff never-special": 1 << 40})
+        self._pretokenizer = pretokenizer_for(pattern)
+        self._build_decoder(n_ranks)
+
+    def _build_decoder(self, n_ranks: int) -> None:
+        self.n_vocab = max([n_ranks - 1, *self._special_tokens.values()]) + 1
+        specials = sorted(self._special_tokens.items(), key=lambda kv: kv[1])
+        lengths = np.zeros(self.n_vocab, dtype=np.int64)
+        lengths[:n_ranks] = np.diff(self._vocabulary.token_offsets)
+        self._is_special = np.zeros(self.n_vocab, dtype=np.bool_)
+        self._is_valid = np.zeros(self.n_vocab, dtype=np.bool_)
+        self._is_valid[:n_ranks] = True
+        for text, id_ in specials:
+            lengths[id_] = len(text.encode("utf-8"))
+            self._is_special[id_] = True
+            self._is_valid[id_] = True
+        self._all_offsets = np.zeros(self.n_vocab + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self._all_offsets[1:])
+        self._all_bytes = np.empty(self._all_offsets[-1], dtype=np.uint8)
+        self._all_bytes[: self._vocabulary.token_bytes.shape[0]] = self._vocabulary.token_bytes
+        for text, id_ in specials:
+            self._all_bytes[self._all_offsets[id_] : self._all_offsets[id_ + 1]] = np.frombuffer(
+                text.encode("utf-8"), dtype=np.uint8
+            )
+
+    # -- encoding -----------------------------------------------------------
+
+    def encode(self, text: str, allow_special: bool = False, tiktoken_safe: bool = True) -> Encoding:
+        """Encode one text; ``allow_special`` makes special-token text control tokens.
+
+        >>> kimi_tok.kimi_k3().encode("<|open|>", allow_special=True).ids
+        [163587]
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        if not isinstance(allow_special, (bool, np.bool_)):
+            raise TypeError(f"allow_special must be a bool, not {type(allow_special).__name__}")
+        return self.encode_segments([(text, allow_special)], tiktoken_safe=tiktoken_safe)
+
+    def encode_segments(
+        self,
+        segments: Sequence[tuple[str, bool]],
+        add_special_tokens: bool = False,
+        tiktoken_safe: bool = True,
+    ) -> Encoding:
+        """Encode ``(text, allow_special)`` segments, each on its own, as the reference does.
+
+        ``tiktoken_safe=True`` reproduces the official tokenizer's 400k/25k chunking
+        (exact parity); ``False`` encodes each segment whole. ``add_special_tokens``
+        is accepted for API compatibility: Kimi K3 adds no BOS/EOS, so it changes nothing.
+        """
+        self._check_flags(add_special_tokens, tiktoken_safe)
+        packed = pack_segments(segments, tiktoken_safe, self._flags)
+        return Encoding(self._encode_packed(packed), self._special_tokens_mask)
+
+    def encode_to_numpy(self, segments: Sequence[tuple[str, bool]], tiktoken_safe: bool = True) -> np.ndarray:
+        """``encode_segments(...).into_numpy()["ids"]`` in one call."""
+        return self.encode_segments(segments, tiktoken_safe=tiktoken_safe).into_numpy()["ids"]
+
+    @staticmethod
+    def _check_flags(add_special_tokens, tiktoken_safe) -> None:
+        for name, value in (("add_special_tokens", add_special_tokens), ("tiktoken_safe", tiktoken_safe)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+
+    def _encode_packed(self, packed: PackedSegments, timings: dict | None = None) -> np.ndarray:
+        clock = _StageClock(timings)
+        buf = packed.buf
+        sub_start, sub_end, sub_segment = cut_substrings(
+            buf, packed.seg_start, packed.seg_end, packed.needs_cuts, self._flags
+        )
+        clock.lap("chunking")
+        run_start, run_end, run_special = split_specials(
+            buf, sub_start, sub_end, packed.allow_special[sub_segment], self._specials
+        )
+        clock.lap("specials")
+        first_piece, piece_end = self._pretokenizer.scan(buf, run_start, run_end, run_special)
+        clock.lap("pretokenize")
+        out = np.empty(bpe.max_ids(buf.shape[0], run_start.shape[0]), dtype=ID_DTYPE)
+        n = bpe.encode_runs(self._bpe, buf, run_start, run_end, run_special, first_piece, piece_end, out)
+        clock.lap("bpe")
+        out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
+        clock.lap("assembly")
+        return out
+
+    def profile_segments(self, segments, tiktoken_safe: bool = True) -> dict[str, float]:
+        """Seconds spent per pipeline stage for one ``encode_segments`` call."""
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+        packed = pack_segments(segments, tiktoken_safe, self._flags)
+        timings["segments"] = time.perf_counter() - start
+        self._encode_packed(packed, timings)
+        return timings
+
+    # -- decoding and vocabulary ---------------------------------------------
+
+    def _check_ids(self, ids) -> np.ndarray:
+        if isinstance(ids, (str, bytes)) or ids is None:
+            raise TypeError(f"ids must be a sequence of ints or an integer array, not {type(ids).__name__}")
+        array = np.asarray(ids)
+        if array.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_):
+            raise TypeError(f"ids must be a 1-D sequence of ints, got dtype {array.dtype} shape {array.shape}")
+        if array.dtype == np.bool_:
+            raise TypeError("ids must be ints, not bools")
+        array = array.astype(np.int64, copy=False)
+        bad = (array < 0) | (array >= self.n_vocab)
+        if not bad.any():
+            bad = ~self._is_valid[array]
+        if bad.any():
+            where = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"ids[{where}] = {int(array[where])} is not a token id of this vocabulary")
+        return array
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The bytes of ``ids`` concatenated."""
+        return _gather_bytes(self._check_ids(ids), self._all_bytes, self._all_offsets).tobytes()
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """The text of ``ids``; invalid UTF-8 (a token cut mid-character) becomes U+FFFD.
+
+        >>> tok.decode(tok.encode("héllo").ids)
+        'héllo'
+        """
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def token_to_id(self, token: str) -> int | None:
+        """Id of a special token's text, or of a token in the byte-level form ``id_to_token`` gives."""
+        if token in self._special_tokens:
+            return self._special_tokens[token]
+        try:
+            raw = bytes(CHAR_TO_BYTE[c] for c in token)
+        except (KeyError, TypeError):
+            return None
+        buf = np.frombuffer(raw, dtype=np.uint8)
+        if buf.size == 0:
+            return None
+        rank = bpe.lookup_token(self._bpe, buf)
+        return None if rank < 0 else int(rank)
+
+    def id_to_token(self, id: int) -> str | None:
+        """A special token's text, or a token's bytes in GPT-2's byte-level alphabet (as HF shows them)."""
+        if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or not 0 <= id < self.n_vocab:
+            return None
+        if not self._is_valid[id]:
+            return None
+        raw = self._all_bytes[self._all_offsets[id] : self._all_offsets[id + 1]].tobytes()
+        if self._is_special[id]:
+            return raw.decode("utf-8")
+        return "".join(BYTE_TO_CHAR[b] for b in raw)
+
+    def token_bytes(self, id: int) -> bytes:
+        """The bytes of one token id."""
+        return self.decode_bytes([id])
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """``{text: id}`` of the special tokens (a copy)."""
+        return dict(self._special_tokens)
+
+    def _special_tokens_mask(self, ids: np.ndarray) -> np.ndarray:
+        return self._is_special[ids]
+
+    def __repr__(self) -> str:
+        kind = type(self._pretokenizer).__name__
+        return f"Tokenizer(name={self.name!r}, n_vocab={self.n_vocab}, specials={len(self._special_tokens)}, pretokenizer={kind})"
+
+
+class _StageClock:
+    """Records seconds per stage into ``timings`` when profiling; free otherwise."""
+
+    __slots__ = ("timings", "last")
+
+    def __init__(self, timings: dict | None) -> None:
+        self.timings = timings
+        self.last = time.perf_counter() if timings is not None else 0.0
+
+    def lap(self, stage: str) -> None:
+        if self.timings is not None:
+            now = time.perf_counter()
+            self.timings[stage] = now - self.last
+            self.last = now
+
+
+def describe(obj: Any) -> str:  # pragma: no cover - small helper for error texts
+    return type(obj).__name__

@@ -1,0 +1,97 @@
+"""Segments -> one UTF-8 byte buffer plus per-segment offsets and flags.
+
+A prompt is an ordered list of ``(text, allow_special)`` segments, each encoded on
+its own. Packing them in one pass lets every later stage run as one compiled
+call over the whole prompt.
+
+Text with lone surrogates cannot be UTF-8 encoded. tiktoken retries such text as
+``text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")`` for each
+string it is given, i.e. per tiktoken-safe sub-string. Those (rare) segments are
+cut here with the same compiled chunking, fixed up per sub-string, and packed as
+already-cut pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from .chunking import cut_substrings
+
+
+class PackedSegments(NamedTuple):
+    buf: np.ndarray  # uint8, the UTF-8 text of every segment back to back
+    seg_start: np.ndarray  # int64 byte offsets
+    seg_end: np.ndarray  # int64
+    allow_special: np.ndarray  # bool
+    needs_cuts: np.ndarray  # bool: apply tiktoken-safe chunking in the compiled stage
+
+
+def _flag(value, name: str, where: str) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{where}: {name} must be a bool, not {type(value).__name__}")
+
+
+def _segment(seg, index: int) -> tuple[str, bool]:
+    where = f"segment {index}"
+    if not isinstance(seg, (tuple, list)) or len(seg) != 2:
+        raise TypeError(f"{where} must be a (text, allow_special) pair, not {type(seg).__name__}"
+                        + (f" of length {len(seg)}" if isinstance(seg, (tuple, list)) else ""))
+    text, allow = seg
+    if not isinstance(text, str):
+        raise TypeError(f"{where}: text must be a str, not {type(text).__name__}")
+    return text, _flag(allow, "allow_special", where)
+
+
+def fix_surrogates(text: str) -> str:
+    """tiktoken's fix-up: pair up surrogates, replace lone ones with U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _surrogate_substrings(text: str, tiktoken_safe: bool, flags: np.ndarray) -> list[bytes]:
+    raw = text.encode("utf-8", "surrogatepass")
+    if not tiktoken_safe:
+        return [fix_surrogates(text).encode("utf-8")]
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    bounds = np.array([0, len(raw)], dtype=np.int64)
+    starts, ends, _ = cut_substrings(buf, bounds[:1], bounds[1:], np.ones(1, dtype=np.bool_), flags)
+    return [
+        fix_surrogates(raw[s:e].decode("utf-8", "surrogatepass")).encode("utf-8")
+        for s, e in zip(starts.tolist(), ends.tolist())
+    ]
+
+
+def pack_segments(segments: Sequence, tiktoken_safe: bool, flags: np.ndarray) -> PackedSegments:
+    """Validate ``segments`` and pack them; ``TypeError`` names a bad segment's index."""
+    if isinstance(segments, (str, bytes)) or not isinstance(segments, Sequence):
+        raise TypeError(
+            "segments must be a list or tuple of (text, allow_special) pairs, not "
+            + type(segments).__name__
+        )
+    chunks: list[bytes] = []
+    allow: list[bool] = []
+    cut: list[bool] = []
+    for index, seg in enumerate(segments):
+        text, allow_special = _segment(seg, index)
+        try:
+            chunks.append(text.encode("utf-8"))
+            allow.append(allow_special)
+            cut.append(tiktoken_safe)
+        except UnicodeEncodeError:
+            for sub in _surrogate_substrings(text, tiktoken_safe, flags):
+                chunks.append(sub)
+                allow.append(allow_special)
+                cut.append(False)
+    lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+    seg_end = np.cumsum(lengths)
+    buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+    return PackedSegments(
+        buf,
+        seg_end - lengths,
+        seg_end,
+        np.array(allow, dtype=np.bool_),
+        np.array(cut, dtype=np.bool_),
+    )
