@@ -27,6 +27,7 @@ from .hashing import (
     find_span,
     hash_span,
     int_slot,
+    mix64,
     spans_equal,
     table_size_for,
 )
@@ -36,6 +37,9 @@ SMALL_PIECE_BYTES = 32  # pieces up to this size merge in the scratch buffer
 PAIR_SHIFT = 32  # pair key = left << PAIR_SHIFT | right
 RANK_SHIFT = 32  # heap entry = rank << RANK_SHIFT | part index
 LOW_32_BITS = (1 << 32) - 1
+SHORT_TOKEN_BYTES = 7  # tokens this short are found by one integer compare
+SHORT_LENGTH_SHIFT = 56  # short key = bytes little-endian | length << SHORT_LENGTH_SHIFT
+NO_SHORT_KEY = np.uint64(0)  # an empty slot (real keys carry a non-zero length)
 MIN_PIECE_CACHE_SLOTS = 1 << 8
 MAX_PIECE_CACHE_SLOTS = 1 << 20  # bounds the per-call cache: ~40 MB at most
 
@@ -50,6 +54,7 @@ class BpeTables(NamedTuple):
     byte_pair_rank: np.ndarray  # int32[256 * 256], NO_MERGE when absent
     pair_keys: np.ndarray  # int64 hash slots of (left, right)
     pair_ranks: np.ndarray  # int32 merged rank per pair slot
+    short_slots: np.ndarray  # uint64 pairs (short key, rank): one cache line per probe
 
 
 def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeTables:
@@ -71,7 +76,52 @@ def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeT
     pair_keys, pair_ranks = _build_pair_table(
         token_bytes, token_offsets, slots, table_size_for(n_pairs)
     )
-    return BpeTables(token_bytes, token_offsets, slots, byte_rank, byte_pair_rank, pair_keys, pair_ranks)
+    short_slots = _build_short_table(token_bytes, token_offsets, table_size_for(n_tokens))
+    return BpeTables(
+        token_bytes, token_offsets, slots, byte_rank, byte_pair_rank, pair_keys, pair_ranks, short_slots
+    )
+
+
+@leaf
+def short_key(buf, start, end):
+    """The bytes of a piece of at most ``SHORT_TOKEN_BYTES`` packed with its length."""
+    key = np.uint64(end - start) << np.uint64(SHORT_LENGTH_SHIFT)
+    for k in range(end - start):
+        key |= np.uint64(buf[start + k]) << np.uint64(8 * k)
+    return key
+
+
+@kernel
+def _build_short_table(token_bytes, token_offsets, n_slots):
+    table = np.zeros(2 * n_slots, dtype=np.uint64)
+    mask = n_slots - 1
+    for rank in range(token_offsets.shape[0] - 1):
+        start = token_offsets[rank]
+        end = token_offsets[rank + 1]
+        if end - start > SHORT_TOKEN_BYTES:
+            continue
+        key = short_key(token_bytes, start, end)
+        slot = np.int64(mix64(key) & np.uint64(mask))
+        while table[2 * slot] != NO_SHORT_KEY:
+            slot = (slot + 1) & mask
+        table[2 * slot] = key
+        table[2 * slot + 1] = rank
+    return table
+
+
+@leaf
+def find_short_token(table, buf, start, end):
+    """Rank of the token ``buf[start:end]`` (at most ``SHORT_TOKEN_BYTES``), or ``EMPTY``."""
+    key = short_key(buf, start, end)
+    mask = (table.shape[0] >> 1) - 1
+    slot = np.int64(mix64(key) & np.uint64(mask))
+    while True:
+        stored = table[2 * slot]
+        if stored == key:
+            return np.int64(table[2 * slot + 1])
+        if stored == NO_SHORT_KEY:
+            return EMPTY
+        slot = (slot + 1) & mask
 
 
 @kernel
@@ -329,17 +379,25 @@ def new_piece_cache(n_pieces):
 
 
 @leaf
-def encode_piece(tables, cache, n_cached, buf, start, end, out, n_out, scratch):
-    """Write the ids of the piece ``buf[start:end]``; returns ``(n_out, n_cached)``."""
+def find_token(tables, buf, start, end):
+    """Rank of the token whose bytes are ``buf[start:end]`` (non-empty), or ``EMPTY``."""
     length = end - start
     if length == 1:
-        out[n_out] = tables.byte_rank[buf[start]]
-        return n_out + 1, n_cached
+        return np.int64(tables.byte_rank[buf[start]])
+    if length <= SHORT_TOKEN_BYTES:
+        return find_short_token(tables.short_slots, buf, start, end)
+    return find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
+                     hash_span(buf, start, end))
+
+
+@leaf
+def encode_unknown_piece(tables, cache, n_cached, buf, start, end, out, n_out, scratch):
+    """Ids of a piece that is not a token: from the piece cache, else merged and cached.
+
+    Returns ``(n_out, n_cached)``.
+    """
+    length = end - start
     h = hash_span(buf, start, end)
-    rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end, h)
-    if rank != EMPTY:
-        out[n_out] = rank
-        return n_out + 1, n_cached
     mask = cache.slots.shape[0] - 1
     slot = np.int64(h & np.uint64(mask))
     while True:
@@ -366,6 +424,30 @@ def encode_piece(tables, cache, n_cached, buf, start, end, out, n_out, scratch):
 
 
 @leaf
+def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, cache, scratch):
+    n_out = 0
+    n_cached = 0
+    for r in range(run_start.shape[0]):
+        if run_special[r] >= 0:
+            out[n_out] = run_special[r]
+            n_out += 1
+            continue
+        start = run_start[r]
+        for p in range(first_piece[r], first_piece[r + 1]):
+            end = piece_end[p]
+            rank = find_token(tables, buf, start, end)
+            if rank != EMPTY:
+                out[n_out] = rank
+                n_out += 1
+            else:
+                n_out, n_cached = encode_unknown_piece(
+                    tables, cache, n_cached, buf, start, end, out, n_out, scratch
+                )
+            start = end
+    return n_out
+
+
+@leaf
 def longest_piece(run_start, run_special, first_piece, piece_end):
     longest = 0
     for r in range(run_start.shape[0]):
@@ -388,23 +470,10 @@ def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece
     """Ids of every run into ``out`` (sized by ``max_ids``); returns how many were written."""
     scratch = new_merge_scratch(longest_piece(run_start, run_special, first_piece, piece_end))
     cache = new_piece_cache(piece_end.shape[0])
-    n_out = 0
-    n_cached = 0
-    for r in range(run_start.shape[0]):
-        if run_special[r] >= 0:
-            out[n_out] = run_special[r]
-            n_out += 1
-            continue
-        start = run_start[r]
-        for p in range(first_piece[r], first_piece[r + 1]):
-            end = piece_end[p]
-            n_out, n_cached = encode_piece(tables, cache, n_cached, buf, start, end, out, n_out, scratch)
-            start = end
-    return n_out
+    return _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, cache, scratch)
 
 
 @leaf
 def lookup_token(tables, buf):
     """Rank of the token whose bytes are ``buf``, or ``EMPTY``."""
-    n = buf.shape[0]
-    return find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, 0, n, hash_span(buf, 0, n))
+    return find_token(tables, buf, 0, buf.shape[0])

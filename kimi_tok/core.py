@@ -23,6 +23,7 @@ from .jit import kernel
 from . import bpe
 from .chunking import cut_substrings
 from .load import Vocabulary
+from .parallel import check_n_jobs, split_runs, thread_pool
 from .pretokenize import KIMI_PATTERN, pretokenizer_for
 from .segments import PackedSegments, pack_segments
 from .specials import build_special_table, split_specials
@@ -136,7 +137,9 @@ class Tokenizer:
         special_tokens: dict[str, int] | None = None,
         pattern: str = KIMI_PATTERN,
         name: str = "kimi_k3",
+        n_jobs: int | None = None,
     ) -> None:
+        self.n_jobs = check_n_jobs(n_jobs)
         special_tokens = dict(special_tokens or {})
         n_ranks = vocabulary.token_offsets.shape[0] - 1
         for text, id_ in special_tokens.items():
@@ -205,7 +208,7 @@ class Tokenizer:
         """
         self._check_flags(add_special_tokens, tiktoken_safe)
         packed = pack_segments(segments, tiktoken_safe, self._flags)
-        return Encoding(self._encode_packed(packed), self._special_tokens_mask)
+        return Encoding(self._encode_packed(packed, self.n_jobs), self._special_tokens_mask)
 
     def encode_to_numpy(self, segments: Sequence[tuple[str, bool]], tiktoken_safe: bool = True) -> np.ndarray:
         """``encode_segments(...).into_numpy()["ids"]`` in one call."""
@@ -217,7 +220,7 @@ class Tokenizer:
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
 
-    def _encode_packed(self, packed: PackedSegments, timings: dict | None = None) -> np.ndarray:
+    def _encode_packed(self, packed: PackedSegments, n_jobs: int, timings: dict | None = None) -> np.ndarray:
         clock = _StageClock(timings)
         buf = packed.buf
         sub_start, sub_end, sub_segment = cut_substrings(
@@ -228,22 +231,40 @@ class Tokenizer:
             buf, sub_start, sub_end, packed.allow_special[sub_segment], self._specials
         )
         clock.lap("specials")
+        groups = split_runs(run_start, run_end, n_jobs)
+        if len(groups) == 1:
+            return self._encode_runs(buf, run_start, run_end, run_special, clock)
+        pool = thread_pool(len(groups))
+        parts = list(pool.map(
+            lambda g: self._encode_runs(buf, run_start[g[0]:g[1]], run_end[g[0]:g[1]], run_special[g[0]:g[1]]),
+            groups,
+        ))
+        clock.lap("pretokenize+bpe (threads)")
+        out = np.concatenate(parts)
+        clock.lap("assembly")
+        return out
+
+    def _encode_runs(self, buf, run_start, run_end, run_special, clock=None) -> np.ndarray:
+        """Pre-tokenize and BPE-encode runs into a fresh ``uint32`` array."""
+        clock = clock or _StageClock(None)
         first_piece, piece_end = self._pretokenizer.scan(buf, run_start, run_end, run_special)
         clock.lap("pretokenize")
-        out = np.empty(bpe.max_ids(buf.shape[0], run_start.shape[0]), dtype=ID_DTYPE)
+        n_runs = run_start.shape[0]
+        span = int(run_end[-1] - run_start[0]) if n_runs else 0
+        out = np.empty(bpe.max_ids(span, n_runs), dtype=ID_DTYPE)
         n = bpe.encode_runs(self._bpe, buf, run_start, run_end, run_special, first_piece, piece_end, out)
         clock.lap("bpe")
         out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
         clock.lap("assembly")
         return out
 
-    def profile_segments(self, segments, tiktoken_safe: bool = True) -> dict[str, float]:
-        """Seconds spent per pipeline stage for one ``encode_segments`` call."""
+    def profile_segments(self, segments, tiktoken_safe: bool = True, n_jobs: int = 1) -> dict[str, float]:
+        """Seconds spent per pipeline stage for one ``encode_segments`` call (one thread by default)."""
         timings: dict[str, float] = {}
         start = time.perf_counter()
         packed = pack_segments(segments, tiktoken_safe, self._flags)
         timings["segments"] = time.perf_counter() - start
-        self._encode_packed(packed, timings)
+        self._encode_packed(packed, check_n_jobs(n_jobs), timings)
         return timings
 
     # -- decoding and vocabulary ---------------------------------------------

@@ -1,0 +1,68 @@
+"""Fan-out of one call over threads: the compiled stages release the GIL.
+
+Text runs (the spans between tiktoken-safe cuts and special tokens) are
+independent for pre-tokenization and BPE, so a long prompt's runs are split into
+contiguous groups of about equal bytes, each group is encoded by one thread, and
+the groups' ids are concatenated in order: the result is the sequential one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+N_JOBS_ENV = "KIMI_TOK_N_JOBS"
+MIN_BYTES_PER_JOB = 1 << 18  # below ~256 KB a thread hand-off costs more than it saves
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def default_n_jobs() -> int:
+    """``KIMI_TOK_N_JOBS`` if set, else the usable cores (at most 8)."""
+    value = os.environ.get(N_JOBS_ENV)
+    if value:
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(f"{N_JOBS_ENV}={value!r}: expected a positive integer") from None
+        if n < 1:
+            raise ValueError(f"{N_JOBS_ENV}={value!r}: expected a positive integer")
+        return n
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def check_n_jobs(n_jobs) -> int:
+    if n_jobs is None:
+        return default_n_jobs()
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1:
+        raise ValueError(f"n_jobs must be a positive int or None, not {n_jobs!r}")
+    return n_jobs
+
+
+def thread_pool(n_workers: int) -> ThreadPoolExecutor:
+    """A process-wide pool, grown on demand and kept warm between calls."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < n_workers:
+            old = _pool
+            _pool = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="kimi_tok")
+            if old is not None:
+                old.shutdown(wait=False)
+        return _pool
+
+
+def split_runs(run_start: np.ndarray, run_end: np.ndarray, n_jobs: int) -> list[tuple[int, int]]:
+    """Contiguous run ranges ``[(r0, r1), ...]`` of about equal total bytes."""
+    n_runs = run_start.shape[0]
+    total = int(run_end[-1] - run_start[0]) if n_runs else 0
+    jobs = min(n_jobs, max(1, total // MIN_BYTES_PER_JOB), n_runs)
+    if jobs <= 1:
+        return [(0, n_runs)]
+    targets = run_start[0] + (np.arange(1, jobs) * total) // jobs
+    cuts = np.searchsorted(run_end, targets, side="left") + 1
+    edges = np.unique(np.concatenate(([0], np.minimum(cuts, n_runs), [n_runs])))
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
