@@ -154,7 +154,7 @@ class Tokenizer:
         self._vocabulary = vocabulary
         self._special_tokens = special_tokens
         self._flags = code_point_flags()
-        self._bpe = bpe.build_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)
+        self._bpe = bpe.cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)
         self._specials = build_special_table(special_tokens or {"\uffff\uffff never-special": 1 << 40})
         self._pretokenizer = pretokenizer_for(pattern)
         self._build_decoder(n_ranks)
