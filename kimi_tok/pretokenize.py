@@ -270,14 +270,10 @@ def count_text_bytes(run_start, run_end, run_special):
     return total
 
 
-@kernel
-def scan_runs(buf, run_start, run_end, run_special, table):
-    """Pieces of every text run: ``(first_piece[n_runs + 1], piece_end[n_pieces])``."""
-    n_runs = run_start.shape[0]
-    first_piece = np.empty(n_runs + 1, dtype=np.int64)
-    piece_end = np.empty(max(count_text_bytes(run_start, run_end, run_special), 1), dtype=np.int64)
+@leaf
+def _scan_all(buf, run_start, run_end, run_special, table, first_piece, piece_end):
     n_pieces = 0
-    for r in range(n_runs):
+    for r in range(run_start.shape[0]):
         first_piece[r] = n_pieces
         if run_special[r] >= 0:
             continue
@@ -287,7 +283,16 @@ def scan_runs(buf, run_start, run_end, run_special, table):
             i = next_piece_end(buf, i, end, table)
             piece_end[n_pieces] = i
             n_pieces += 1
-    first_piece[n_runs] = n_pieces
+    first_piece[run_start.shape[0]] = n_pieces
+    return n_pieces
+
+
+@kernel
+def scan_runs(buf, run_start, run_end, run_special, table):
+    """Pieces of every text run: ``(first_piece[n_runs + 1], piece_end[n_pieces])``."""
+    first_piece = np.empty(run_start.shape[0] + 1, dtype=np.int64)
+    piece_end = np.empty(max(count_text_bytes(run_start, run_end, run_special), 1), dtype=np.int64)
+    n_pieces = _scan_all(buf, run_start, run_end, run_special, table, first_piece, piece_end)
     return first_piece, piece_end[:n_pieces]
 
 
