@@ -452,7 +452,7 @@ def encode_unknown_piece(tables, cache, n_cached, buf, start, end, out, n_out, s
 
 
 @leaf
-def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, cache, scratch):
+def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end, cache, scratch):
     n_out = 0
     n_cached = 0
     byte_rank = tables.byte_rank
@@ -461,6 +461,7 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
         if run_special[r] >= 0:
             out[n_out] = run_special[r]
             n_out += 1
+            run_out_end[r] = n_out
             continue
         start = run_start[r]
         for p in range(first_piece[r], first_piece[r + 1]):
@@ -480,6 +481,7 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
                     tables, cache, n_cached, buf, start, end, out, n_out, scratch
                 )
             start = end
+        run_out_end[r] = n_out
     return n_out
 
 
@@ -502,11 +504,15 @@ def max_ids(buf_len: int, n_runs: int) -> int:
 
 
 @kernel
-def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece_end, out):
-    """Ids of every run into ``out`` (sized by ``max_ids``); returns how many were written."""
+def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece_end, out, run_out_end):
+    """Ids of every run into ``out`` (sized by ``max_ids``); returns how many were written.
+
+    ``run_out_end[r]`` receives the end of run ``r``'s ids in ``out``.
+    """
     scratch = new_merge_scratch(longest_piece(run_start, run_special, first_piece, piece_end))
     cache = new_piece_cache(piece_end.shape[0])
-    return _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, cache, scratch)
+    return _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end,
+                       cache, scratch)
 
 
 @leaf

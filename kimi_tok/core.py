@@ -25,7 +25,8 @@ from .chunking import cut_substrings
 from .load import Vocabulary
 from .parallel import check_n_jobs, split_runs, thread_pool
 from .pretokenize import KIMI_PATTERN, pretokenizer_for
-from .segments import PackedSegments, pack_segments
+from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache
+from .segments import PackedSegments, pack_segments, validate_segments
 from .specials import build_special_table, split_specials
 from .unicode_classes import code_point_flags
 
@@ -138,8 +139,10 @@ class Tokenizer:
         pattern: str = KIMI_PATTERN,
         name: str = "kimi_k3",
         n_jobs: int | None = None,
+        segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES,
     ) -> None:
         self.n_jobs = check_n_jobs(n_jobs)
+        self.segment_cache = SegmentCache(segment_cache_bytes) if segment_cache_bytes else None
         special_tokens = dict(special_tokens or {})
         n_ranks = vocabulary.token_offsets.shape[0] - 1
         for text, id_ in special_tokens.items():
@@ -205,10 +208,47 @@ class Tokenizer:
         ``tiktoken_safe=True`` reproduces the official tokenizer's 400k/25k chunking
         (exact parity); ``False`` encodes each segment whole. ``add_special_tokens``
         is accepted for API compatibility: Kimi K3 adds no BOS/EOS, so it changes nothing.
+        Segments seen before (same text, flag and chunking) are served from the
+        segment cache (``segment_cache``; exact, see ``segment_cache.py``).
         """
         self._check_flags(add_special_tokens, tiktoken_safe)
-        packed = pack_segments(segments, tiktoken_safe, self._flags)
-        return Encoding(self._encode_packed(packed, self.n_jobs), self._special_tokens_mask)
+        return Encoding(self._segment_ids(segments, bool(tiktoken_safe)), self._special_tokens_mask)
+
+    def count_tokens(self, segments: Sequence[tuple[str, bool]] | str, tiktoken_safe: bool = True) -> int:
+        """The number of ids ``encode_segments`` would return (a ``str`` counts as ordinary text).
+
+        >>> kimi_tok.kimi_k3().count_tokens("hello world")
+        2
+        """
+        self._check_flags(False, tiktoken_safe)
+        if isinstance(segments, str):
+            segments = [(segments, False)]
+        return len(self._segment_ids(segments, bool(tiktoken_safe)))
+
+    def _segment_ids(self, segments, tiktoken_safe: bool) -> np.ndarray:
+        """The ids of ``segments``, encoding only those the segment cache does not hold."""
+        cache = self.segment_cache
+        if cache is None:
+            return self._encode_packed(pack_segments(segments, tiktoken_safe, self._flags), self.n_jobs)[0]
+        segments = validate_segments(segments)
+        known: list[np.ndarray | None] = [None] * len(segments)
+        missing: list[int] = []
+        for i, (text, allow) in enumerate(segments):
+            if cache.cacheable(text):
+                known[i] = cache.get((text, allow, tiktoken_safe))
+            if known[i] is None:
+                missing.append(i)
+        packed = pack_segments([segments[i] for i in missing], tiktoken_safe, self._flags)
+        new_ids, bounds = self._encode_packed(packed, self.n_jobs)
+        for j, i in enumerate(missing):
+            text, allow = segments[i]
+            if cache.cacheable(text):
+                cache.put((text, allow, tiktoken_safe), new_ids[bounds[j]:bounds[j + 1]])
+        if len(missing) == len(segments):
+            return new_ids
+        for j, i in enumerate(missing):
+            known[i] = new_ids[bounds[j]:bounds[j + 1]]
+        return np.concatenate(known) if known else np.zeros(0, dtype=ID_DTYPE)
 
     def encode_to_numpy(self, segments: Sequence[tuple[str, bool]], tiktoken_safe: bool = True) -> np.ndarray:
         """``encode_segments(...).into_numpy()["ids"]`` in one call."""
@@ -220,7 +260,11 @@ class Tokenizer:
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
 
-    def _encode_packed(self, packed: PackedSegments, n_jobs: int, timings: dict | None = None) -> np.ndarray:
+    def _encode_packed(self, packed: PackedSegments, n_jobs: int, timings: dict | None = None):
+        """Run the compiled stages; returns ``(ids, segment_bounds)``.
+
+        ``ids[segment_bounds[i]:segment_bounds[i + 1]]`` are the ids of the caller's segment ``i``.
+        """
         clock = _StageClock(timings)
         buf = packed.buf
         sub_start, sub_end, sub_segment = cut_substrings(
@@ -233,30 +277,34 @@ class Tokenizer:
         clock.lap("specials")
         groups = split_runs(run_start, run_end, n_jobs)
         if len(groups) == 1:
-            return self._encode_runs(buf, run_start, run_end, run_special, clock)
-        pool = thread_pool(len(groups))
-        parts = list(pool.map(
-            lambda g: self._encode_runs(buf, run_start[g[0]:g[1]], run_end[g[0]:g[1]], run_special[g[0]:g[1]]),
-            groups,
-        ))
-        clock.lap("pretokenize+bpe (threads)")
-        out = np.concatenate(parts)
-        clock.lap("assembly")
-        return out
+            ids, run_out_end = self._encode_runs(buf, run_start, run_end, run_special, clock)
+        else:
+            parts = list(thread_pool(len(groups)).map(
+                lambda g: self._encode_runs(buf, run_start[g[0]:g[1]], run_end[g[0]:g[1]], run_special[g[0]:g[1]]),
+                groups,
+            ))
+            clock.lap("pretokenize+bpe (threads)")
+            shifts = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
+            run_out_end = np.concatenate([p[1] + shift for p, shift in zip(parts, shifts)])
+            ids = np.concatenate([p[0] for p in parts])
+            clock.lap("assembly")
+        return ids, _segment_bounds(packed, run_start, run_out_end)
 
-    def _encode_runs(self, buf, run_start, run_end, run_special, clock=None) -> np.ndarray:
-        """Pre-tokenize and BPE-encode runs into a fresh ``uint32`` array."""
+    def _encode_runs(self, buf, run_start, run_end, run_special, clock=None):
+        """Pre-tokenize and BPE-encode runs into a fresh ``uint32`` array; also each run's end in it."""
         clock = clock or _StageClock(None)
         first_piece, piece_end = self._pretokenizer.scan(buf, run_start, run_end, run_special)
         clock.lap("pretokenize")
         n_runs = run_start.shape[0]
         span = int(run_end[-1] - run_start[0]) if n_runs else 0
         out = np.empty(bpe.max_ids(span, n_runs), dtype=ID_DTYPE)
-        n = bpe.encode_runs(self._bpe, buf, run_start, run_end, run_special, first_piece, piece_end, out)
+        run_out_end = np.empty(n_runs, dtype=np.int64)
+        n = bpe.encode_runs(self._bpe, buf, run_start, run_end, run_special, first_piece, piece_end, out,
+                            run_out_end)
         clock.lap("bpe")
         out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
         clock.lap("assembly")
-        return out
+        return out, run_out_end
 
     def profile_segments(self, segments, tiktoken_safe: bool = True, n_jobs: int = 1) -> dict[str, float]:
         """Seconds spent per pipeline stage for one ``encode_segments`` call (one thread by default)."""
@@ -264,7 +312,7 @@ class Tokenizer:
         start = time.perf_counter()
         packed = pack_segments(segments, tiktoken_safe, self._flags)
         timings["segments"] = time.perf_counter() - start
-        self._encode_packed(packed, check_n_jobs(n_jobs), timings)
+        self._encode_packed(packed, check_n_jobs(n_jobs), timings)  # the segment cache is not used here
         return timings
 
     # -- decoding and vocabulary ---------------------------------------------
@@ -340,6 +388,38 @@ class Tokenizer:
     def __repr__(self) -> str:
         kind = type(self._pretokenizer).__name__
         return f"Tokenizer(name={self.name!r}, n_vocab={self.n_vocab}, specials={len(self._special_tokens)}, pretokenizer={kind})"
+
+    # -- interop ---------------------------------------------------------------
+
+    def as_tiktoken(self) -> Any:
+        """A ``tiktoken.Encoding`` drop-in (a ``tiktoken_compat.TiktokenEncoding``) backed by this Tokenizer.
+
+        >>> kimi_tok.kimi_k3().as_tiktoken().encode("<|sep|>", allowed_special="all")
+        [163589]
+        """
+        from .tiktoken_compat import TiktokenEncoding
+
+        return TiktokenEncoding(self)
+
+    def to_tokenizer_json(self, path: str | None = None) -> dict[str, Any]:
+        """A Hugging Face ``tokenizer.json`` as a dict, also written to ``path`` if given (see ``hf``).
+
+        >>> kimi_tok.kimi_k3().to_tokenizer_json("tokenizer.json")  # doctest: +SKIP
+        """
+        from .hf import tokenizer_json
+
+        return tokenizer_json(self, path)
+
+
+def _segment_bounds(packed: PackedSegments, run_start: np.ndarray, run_out_end: np.ndarray) -> np.ndarray:
+    """Where each of the caller's segments starts and ends in the ids (``n_segments + 1`` offsets)."""
+    run_ids = np.diff(run_out_end, prepend=0)
+    packed_of_run = np.searchsorted(packed.seg_end, run_start, side="right")
+    per_packed = np.bincount(packed_of_run, weights=run_ids, minlength=len(packed.origin))
+    per_segment = np.bincount(packed.origin, weights=per_packed, minlength=packed.n_segments)
+    bounds = np.zeros(packed.n_segments + 1, dtype=np.int64)
+    np.cumsum(per_segment.astype(np.int64), out=bounds[1:])
+    return bounds
 
 
 class _StageClock:

@@ -27,6 +27,8 @@ class PackedSegments(NamedTuple):
     seg_end: np.ndarray  # int64
     allow_special: np.ndarray  # bool
     needs_cuts: np.ndarray  # bool: apply tiktoken-safe chunking in the compiled stage
+    origin: np.ndarray  # int64: index of the caller's segment each packed entry came from
+    n_segments: int  # the caller's segment count
 
 
 def _flag(value, name: str, where: str) -> bool:
@@ -64,27 +66,35 @@ def _surrogate_substrings(text: str, tiktoken_safe: bool, flags: np.ndarray) -> 
     ]
 
 
-def pack_segments(segments: Sequence, tiktoken_safe: bool, flags: np.ndarray) -> PackedSegments:
-    """Validate ``segments`` and pack them; ``TypeError`` names a bad segment's index."""
+def validate_segments(segments: Sequence) -> list[tuple[str, bool]]:
+    """``segments`` as a list of ``(str, bool)``; ``TypeError`` names a bad segment's index."""
     if isinstance(segments, (str, bytes)) or not isinstance(segments, Sequence):
         raise TypeError(
             "segments must be a list or tuple of (text, allow_special) pairs, not "
             + type(segments).__name__
         )
+    return [_segment(seg, index) for index, seg in enumerate(segments)]
+
+
+def pack_segments(segments: Sequence, tiktoken_safe: bool, flags: np.ndarray) -> PackedSegments:
+    """Validate ``segments`` and pack them; ``TypeError`` names a bad segment's index."""
+    segments = validate_segments(segments)
     chunks: list[bytes] = []
     allow: list[bool] = []
     cut: list[bool] = []
-    for index, seg in enumerate(segments):
-        text, allow_special = _segment(seg, index)
+    origin: list[int] = []
+    for index, (text, allow_special) in enumerate(segments):
         try:
             chunks.append(text.encode("utf-8"))
             allow.append(allow_special)
             cut.append(tiktoken_safe)
+            origin.append(index)
         except UnicodeEncodeError:
             for sub in _surrogate_substrings(text, tiktoken_safe, flags):
                 chunks.append(sub)
                 allow.append(allow_special)
                 cut.append(False)
+                origin.append(index)
     lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
     seg_end = np.cumsum(lengths)
     buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
@@ -94,4 +104,6 @@ def pack_segments(segments: Sequence, tiktoken_safe: bool, flags: np.ndarray) ->
         seg_end,
         np.array(allow, dtype=np.bool_),
         np.array(cut, dtype=np.bool_),
+        np.array(origin, dtype=np.int64),
+        len(segments),
     )
