@@ -51,7 +51,7 @@ Segments = Sequence[tuple[str, bool]]
 def load_kimi_tok() -> Callable[[Segments], np.ndarray]:
     import kimi_tok
 
-    tok = kimi_tok.kimi_k3()
+    tok = kimi_tok.kimi_k3(segment_cache_bytes=0)  # cold caches: no segment is reused across rounds
     load_kimi_tok.tokenizer = tok  # kept for --profile and the memory check
     return lambda segments: tok.encode_segments(segments).into_numpy()["ids"]
 

@@ -14,19 +14,24 @@ from pathlib import Path
 from .core import Encoding, Tokenizer
 from .load import embedded_kimi_k3, read_model, read_special_tokens_json, vocabulary_from_ranks
 from .pretokenize import KIMI_PATTERN
+from .segment_cache import DEFAULT_BUDGET_BYTES
 
 __all__ = ["Encoding", "Tokenizer", "kimi_k3", "load", "from_tiktoken", "KIMI_PATTERN"]
 __version__ = "0.1.0"
 
 
-@lru_cache(maxsize=1)
-def kimi_k3() -> Tokenizer:
+@lru_cache(maxsize=8)
+def kimi_k3(n_jobs: int | None = None, segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES) -> Tokenizer:
     """The Kimi K3 tokenizer from the vocabulary shipped in the package (sha256-checked).
 
-    The result is cached: later calls return the same (thread-safe) Tokenizer.
+    ``n_jobs``: threads one long call may use (default: ``KIMI_TOK_N_JOBS`` or the
+    cores, at most 8). ``segment_cache_bytes``: budget of the exact segment cache
+    (0 turns it off). The result is cached per arguments: later calls return the
+    same (thread-safe) Tokenizer.
     """
     vocabulary, specials = embedded_kimi_k3()
-    return Tokenizer(vocabulary, specials, KIMI_PATTERN, name="kimi_k3")
+    return Tokenizer(vocabulary, specials, KIMI_PATTERN, name="kimi_k3", n_jobs=n_jobs,
+                     segment_cache_bytes=segment_cache_bytes)
 
 
 def load(
