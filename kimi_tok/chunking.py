@@ -2,13 +2,14 @@
 
 Per segment (see ``../shared/kimi-k3/README.md``):
 
-1. pieces of at most ``MAX_CHUNK_CHARS`` code points;
-2. within a piece, a cut before any character that would make a run of
-   whitespace (Python ``str.isspace``) or of non-whitespace longer than
+1. ``cut_chunks``: pieces of at most ``MAX_CHUNK_CHARS`` code points;
+2. ``cut_substrings``: within a chunk, a cut before any character that would make a
+   run of whitespace (Python ``str.isspace``) or of non-whitespace longer than
    ``MAX_RUN_CHARS``; that character starts the next sub-string as a run of 1.
 
-Regex and BPE never cross a cut, so the cuts decide ids. The kernel walks code
-points of the UTF-8 buffer and reports sub-strings as byte offsets.
+Regex and BPE never cross a cut, so the cuts decide ids. Step 2 starts afresh in
+every chunk, so chunks are independent units of work (``parallel.py`` hands them
+to threads). Both kernels walk the UTF-8 buffer and report byte offsets.
 """
 
 from __future__ import annotations
@@ -21,23 +22,61 @@ from .utf8 import ASCII_END, code_point_at, sequence_length
 
 MAX_CHUNK_CHARS = 400_000
 MAX_RUN_CHARS = 25_000
+CONTINUATION_MASK = 0xC0
+CONTINUATION_BITS = 0x80  # bytes 10xxxxxx continue a code point
 
 
 @leaf
-def _max_substrings(seg_start, seg_end):
-    total_bytes = 0
+def _total_bytes(starts, ends):
+    total = 0
+    for k in range(starts.shape[0]):
+        total += ends[k] - starts[k]
+    return total
+
+
+@leaf
+def _cut_chunks(buf, seg_start, seg_end, needs_cuts, chunk_start, chunk_end, chunk_segment):
+    n = 0
     for s in range(seg_start.shape[0]):
-        total_bytes += seg_end[s] - seg_start[s]
-    return seg_start.shape[0] + total_bytes // MAX_RUN_CHARS + 1
+        start = seg_start[s]
+        end = seg_end[s]
+        if start == end:
+            continue
+        if needs_cuts[s]:
+            chars = 0
+            for i in range(start, end):
+                if (buf[i] & CONTINUATION_MASK) != CONTINUATION_BITS:
+                    if chars == MAX_CHUNK_CHARS:
+                        chunk_start[n], chunk_end[n], chunk_segment[n] = start, i, s
+                        n += 1
+                        start = i
+                        chars = 0
+                    chars += 1
+        chunk_start[n], chunk_end[n], chunk_segment[n] = start, end, s
+        n += 1
+    return n
+
+
+@kernel
+def cut_chunks(buf, seg_start, seg_end, needs_cuts):
+    """Chunks ``(chunk_start, chunk_end, chunk_segment)`` of every non-empty segment.
+
+    Segments without ``needs_cuts`` are one chunk each.
+    """
+    capacity = seg_start.shape[0] + _total_bytes(seg_start, seg_end) // MAX_CHUNK_CHARS + 1
+    chunk_start = np.empty(capacity, dtype=np.int64)
+    chunk_end = np.empty(capacity, dtype=np.int64)
+    chunk_segment = np.empty(capacity, dtype=np.int64)
+    n = _cut_chunks(buf, seg_start, seg_end, needs_cuts, chunk_start, chunk_end, chunk_segment)
+    return chunk_start[:n], chunk_end[:n], chunk_segment[:n]
 
 
 @leaf
-def _cut_segment(buf, start, end, s, flags, sub_start, sub_end, sub_segment, n):
-    """Append the tiktoken-safe sub-strings of segment ``s`` (``buf[start:end]``); returns ``n``."""
+def _cut_runs(buf, start, end, c, flags, sub_start, sub_end, sub_chunk, n):
+    """Append the sub-strings of chunk ``c`` (``buf[start:end]``) cut at long runs; returns ``n``."""
     i = start
-    chars_in_chunk = MAX_CHUNK_CHARS  # forces a fresh chunk at the first character
     run_length = 0
-    run_is_space = False
+    run_is_space = (flags[code_point_at(buf, i)] & PY_SPACE) != 0
     while i < end:
         lead = buf[i]
         if lead < ASCII_END:
@@ -46,52 +85,46 @@ def _cut_segment(buf, start, end, s, flags, sub_start, sub_end, sub_segment, n):
         else:
             is_space = (flags[code_point_at(buf, i)] & PY_SPACE) != 0
             width = sequence_length(lead)
-        if chars_in_chunk == MAX_CHUNK_CHARS:
-            if i > start:
-                sub_start[n], sub_end[n], sub_segment[n] = start, i, s
-                n += 1
-                start = i
-            chars_in_chunk = 0
-            run_length = 0
-            run_is_space = is_space
         if is_space != run_is_space:
             run_length = 1
             run_is_space = is_space
         else:
             run_length += 1
             if run_length > MAX_RUN_CHARS:
-                sub_start[n], sub_end[n], sub_segment[n] = start, i, s
+                sub_start[n], sub_end[n], sub_chunk[n] = start, i, c
                 n += 1
                 start = i
                 run_length = 1
-        chars_in_chunk += 1
         i += width
-    sub_start[n], sub_end[n], sub_segment[n] = start, end, s
+    sub_start[n], sub_end[n], sub_chunk[n] = start, end, c
     return n + 1
 
 
 @leaf
-def _cut_all(buf, seg_start, seg_end, needs_cuts, flags, sub_start, sub_end, sub_segment):
+def _cut_all(buf, chunk_start, chunk_end, needs_cuts, flags, sub_start, sub_end, sub_chunk):
     n = 0
-    for s in range(seg_start.shape[0]):
-        start = seg_start[s]
-        end = seg_end[s]
-        if start == end:
-            continue
-        if needs_cuts[s]:
-            n = _cut_segment(buf, start, end, s, flags, sub_start, sub_end, sub_segment, n)
+    for c in range(chunk_start.shape[0]):
+        if needs_cuts[c]:
+            n = _cut_runs(buf, chunk_start[c], chunk_end[c], c, flags, sub_start, sub_end, sub_chunk, n)
         else:
-            sub_start[n], sub_end[n], sub_segment[n] = start, end, s
+            sub_start[n], sub_end[n], sub_chunk[n] = chunk_start[c], chunk_end[c], c
             n += 1
     return n
 
 
 @kernel
-def cut_substrings(buf, seg_start, seg_end, needs_cuts, flags):
-    """Sub-strings ``(sub_start, sub_end, sub_segment)`` of every non-empty segment."""
-    capacity = _max_substrings(seg_start, seg_end)
+def cut_substrings(buf, chunk_start, chunk_end, needs_cuts, flags):
+    """Sub-strings ``(sub_start, sub_end, sub_chunk)`` of non-empty chunks, cut at long runs."""
+    capacity = chunk_start.shape[0] + _total_bytes(chunk_start, chunk_end) // MAX_RUN_CHARS + 1
     sub_start = np.empty(capacity, dtype=np.int64)
     sub_end = np.empty(capacity, dtype=np.int64)
-    sub_segment = np.empty(capacity, dtype=np.int64)
-    n = _cut_all(buf, seg_start, seg_end, needs_cuts, flags, sub_start, sub_end, sub_segment)
-    return sub_start[:n], sub_end[:n], sub_segment[:n]
+    sub_chunk = np.empty(capacity, dtype=np.int64)
+    n = _cut_all(buf, chunk_start, chunk_end, needs_cuts, flags, sub_start, sub_end, sub_chunk)
+    return sub_start[:n], sub_end[:n], sub_chunk[:n]
+
+
+def safe_substrings(buf, seg_start, seg_end, needs_cuts, flags):
+    """Both steps at once: ``(sub_start, sub_end, sub_segment)`` of every non-empty segment."""
+    chunk_start, chunk_end, chunk_segment = cut_chunks(buf, seg_start, seg_end, needs_cuts)
+    sub_start, sub_end, sub_chunk = cut_substrings(buf, chunk_start, chunk_end, needs_cuts[chunk_segment], flags)
+    return sub_start, sub_end, chunk_segment[sub_chunk]

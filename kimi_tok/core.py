@@ -3,7 +3,8 @@
 One ``encode_segments`` call runs the pipeline, each stage a module:
 
     segments.pack_segments      segments -> one UTF-8 buffer + offsets
-    chunking.cut_substrings     tiktoken-safe 400k / 25k cuts
+    chunking.cut_chunks         tiktoken-safe 400k-character chunks (independent units of work)
+    chunking.cut_substrings     tiktoken-safe 25k run cuts within a chunk
     specials.split_specials     special tokens vs text runs
     pretokenize (scanner)       text runs -> pieces (compiled Kimi scanner or PCRE2 JIT)
     bpe.encode_runs             pieces -> ids in one preallocated uint32 array
@@ -21,9 +22,9 @@ import numpy as np
 
 from .jit import kernel
 from . import bpe
-from .chunking import cut_substrings
+from .chunking import cut_chunks, cut_substrings
 from .load import Vocabulary
-from .parallel import check_n_jobs, split_runs, thread_pool
+from .parallel import check_n_jobs, split_spans, thread_pool
 from .pretokenize import KIMI_PATTERN, pretokenizer_for
 from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache
 from .segments import PackedSegments, pack_segments, validate_segments
@@ -264,35 +265,39 @@ class Tokenizer:
         """Run the compiled stages; returns ``(ids, segment_bounds)``.
 
         ``ids[segment_bounds[i]:segment_bounds[i + 1]]`` are the ids of the caller's segment ``i``.
+        Chunks (at most 400,000 characters each) are independent, so long inputs
+        hand contiguous groups of chunks to threads and concatenate the ids.
         """
         clock = _StageClock(timings)
-        buf = packed.buf
-        sub_start, sub_end, sub_segment = cut_substrings(
-            buf, packed.seg_start, packed.seg_end, packed.needs_cuts, self._flags
-        )
+        chunks = cut_chunks(packed.buf, packed.seg_start, packed.seg_end, packed.needs_cuts)
         clock.lap("chunking")
-        run_start, run_end, run_special = split_specials(
-            buf, sub_start, sub_end, packed.allow_special[sub_segment], self._specials
-        )
-        clock.lap("specials")
-        groups = split_runs(run_start, run_end, n_jobs)
+        groups = split_spans(chunks[0], chunks[1], n_jobs)
         if len(groups) == 1:
-            ids, run_out_end = self._encode_runs(buf, run_start, run_end, run_special, clock)
+            ids, run_start, run_out_end = self._encode_chunks(packed, *chunks, clock)
         else:
-            parts = list(thread_pool(len(groups)).map(
-                lambda g: self._encode_runs(buf, run_start[g[0]:g[1]], run_end[g[0]:g[1]], run_special[g[0]:g[1]]),
-                groups,
+            parts = list(thread_pool(n_jobs).map(
+                lambda g: self._encode_chunks(packed, *(c[g[0]:g[1]] for c in chunks)), groups
             ))
-            clock.lap("pretokenize+bpe (threads)")
+            clock.lap("cuts+specials+pretokenize+bpe (threads)")
             shifts = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
-            run_out_end = np.concatenate([p[1] + shift for p, shift in zip(parts, shifts)])
             ids = np.concatenate([p[0] for p in parts])
+            run_start = np.concatenate([p[1] for p in parts])
+            run_out_end = np.concatenate([p[2] + shift for p, shift in zip(parts, shifts)])
             clock.lap("assembly")
         return ids, _segment_bounds(packed, run_start, run_out_end)
 
-    def _encode_runs(self, buf, run_start, run_end, run_special, clock=None):
-        """Pre-tokenize and BPE-encode runs into a fresh ``uint32`` array; also each run's end in it."""
+    def _encode_chunks(self, packed: PackedSegments, chunk_start, chunk_end, chunk_segment, clock=None):
+        """All stages after chunking for some chunks: ``(ids, run_start, run_out_end)``."""
         clock = clock or _StageClock(None)
+        buf = packed.buf
+        sub_start, sub_end, sub_chunk = cut_substrings(
+            buf, chunk_start, chunk_end, packed.needs_cuts[chunk_segment], self._flags
+        )
+        clock.lap("run cuts")
+        run_start, run_end, run_special = split_specials(
+            buf, sub_start, sub_end, packed.allow_special[chunk_segment[sub_chunk]], self._specials
+        )
+        clock.lap("specials")
         first_piece, piece_end = self._pretokenizer.scan(buf, run_start, run_end, run_special)
         clock.lap("pretokenize")
         n_runs = run_start.shape[0]
@@ -304,7 +309,7 @@ class Tokenizer:
         clock.lap("bpe")
         out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
         clock.lap("assembly")
-        return out, run_out_end
+        return out, run_start, run_out_end
 
     def profile_segments(self, segments, tiktoken_safe: bool = True, n_jobs: int = 1) -> dict[str, float]:
         """Seconds spent per pipeline stage for one ``encode_segments`` call (one thread by default)."""

@@ -1,7 +1,7 @@
 """Fan-out of one call over threads: the compiled stages release the GIL.
 
-Text runs (the spans between tiktoken-safe cuts and special tokens) are
-independent for pre-tokenization and BPE, so a long prompt's runs are split into
+tiktoken-safe chunks (at most 400,000 characters of one segment) are independent
+for every stage after chunking, so a long prompt's chunks are split into
 contiguous groups of about equal bytes, each group is encoded by one thread, and
 the groups' ids are concatenated in order: the result is the sequential one.
 """
@@ -16,6 +16,7 @@ import numpy as np
 
 N_JOBS_ENV = "KIMI_TOK_N_JOBS"
 MIN_BYTES_PER_JOB = 1 << 18  # below ~256 KB a thread hand-off costs more than it saves
+GROUPS_PER_JOB = 4  # smaller groups even out text that costs more per byte (CJK, long runs)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -33,6 +34,7 @@ def default_n_jobs() -> int:
             raise ValueError(f"{N_JOBS_ENV}={value!r}: expected a positive integer")
         return n
     return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
 
 
 def check_n_jobs(n_jobs) -> int:
@@ -55,11 +57,11 @@ def thread_pool(n_workers: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def split_runs(run_start: np.ndarray, run_end: np.ndarray, n_jobs: int) -> list[tuple[int, int]]:
-    """Contiguous run ranges ``[(r0, r1), ...]`` of about equal total bytes."""
+def split_spans(run_start: np.ndarray, run_end: np.ndarray, n_jobs: int) -> list[tuple[int, int]]:
+    """Contiguous run ranges ``[(r0, r1), ...]`` of about equal total bytes (one if ``n_jobs == 1``)."""
     n_runs = run_start.shape[0]
     total = int(run_end[-1] - run_start[0]) if n_runs else 0
-    jobs = min(n_jobs, max(1, total // MIN_BYTES_PER_JOB), n_runs)
+    jobs = 1 if n_jobs == 1 else min(n_jobs * GROUPS_PER_JOB, max(1, total // MIN_BYTES_PER_JOB), n_runs)
     if jobs <= 1:
         return [(0, n_runs)]
     targets = run_start[0] + (np.arange(1, jobs) * total) // jobs

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .chunking import cut_substrings
+from .chunking import safe_substrings
 
 
 class PackedSegments(NamedTuple):
@@ -59,7 +59,7 @@ def _surrogate_substrings(text: str, tiktoken_safe: bool, flags: np.ndarray) -> 
         return [fix_surrogates(text).encode("utf-8")]
     buf = np.frombuffer(raw, dtype=np.uint8)
     bounds = np.array([0, len(raw)], dtype=np.int64)
-    starts, ends, _ = cut_substrings(buf, bounds[:1], bounds[1:], np.ones(1, dtype=np.bool_), flags)
+    starts, ends, _ = safe_substrings(buf, bounds[:1], bounds[1:], np.ones(1, dtype=np.bool_), flags)
     return [
         fix_surrogates(raw[s:e].decode("utf-8", "surrogatepass")).encode("utf-8")
         for s, e in zip(starts.tolist(), ends.tolist())
