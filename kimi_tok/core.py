@@ -218,38 +218,53 @@ class Tokenizer:
     def count_tokens(self, segments: Sequence[tuple[str, bool]] | str, tiktoken_safe: bool = True) -> int:
         """The number of ids ``encode_segments`` would return (a ``str`` counts as ordinary text).
 
+        Cached segments count by their stored length; the ids never reach Python.
+
         >>> kimi_tok.kimi_k3().count_tokens("hello world")
         2
         """
         self._check_flags(False, tiktoken_safe)
         if isinstance(segments, str):
             segments = [(segments, False)]
-        return len(self._segment_ids(segments, bool(tiktoken_safe)))
+        known, new_ids, _, _ = self._cached_and_new(segments, bool(tiktoken_safe))
+        return len(new_ids) + sum(len(ids) for ids in known if ids is not None)
 
     def _segment_ids(self, segments, tiktoken_safe: bool) -> np.ndarray:
         """The ids of ``segments``, encoding only those the segment cache does not hold."""
-        cache = self.segment_cache
-        if cache is None:
-            return self._encode_packed(pack_segments(segments, tiktoken_safe, self._flags), self.n_jobs)[0]
-        segments = validate_segments(segments)
-        known: list[np.ndarray | None] = [None] * len(segments)
-        missing: list[int] = []
-        for i, (text, allow) in enumerate(segments):
-            if cache.cacheable(text):
-                known[i] = cache.get((text, allow, tiktoken_safe))
-            if known[i] is None:
-                missing.append(i)
-        packed = pack_segments([segments[i] for i in missing], tiktoken_safe, self._flags)
-        new_ids, bounds = self._encode_packed(packed, self.n_jobs)
-        for j, i in enumerate(missing):
-            text, allow = segments[i]
-            if cache.cacheable(text):
-                cache.put((text, allow, tiktoken_safe), new_ids[bounds[j]:bounds[j + 1]])
-        if len(missing) == len(segments):
+        known, new_ids, bounds, missing = self._cached_and_new(segments, tiktoken_safe)
+        if len(missing) == len(known):
             return new_ids
         for j, i in enumerate(missing):
             known[i] = new_ids[bounds[j]:bounds[j + 1]]
-        return np.concatenate(known) if known else np.zeros(0, dtype=ID_DTYPE)
+        return np.concatenate(known)
+
+    def _cached_and_new(self, segments, tiktoken_safe: bool):
+        """``(known, new_ids, bounds, missing)``: cached ids per segment (None where not cached),
+        and the ids of the ``missing`` segments encoded in one call (segment ``missing[j]``
+        is ``new_ids[bounds[j]:bounds[j + 1]]``), which are then cached.
+        """
+        segments = validate_segments(segments)
+        cache = self.segment_cache
+        known: list[np.ndarray | None] = [None] * len(segments)
+        if cache is None:
+            missing = list(range(len(segments)))
+        else:
+            missing = []
+            for i, (text, allow) in enumerate(segments):
+                if cache.cacheable(text):
+                    known[i] = cache.get((text, allow, tiktoken_safe))
+                if known[i] is None:
+                    missing.append(i)
+        todo = segments if len(missing) == len(segments) else [segments[i] for i in missing]
+        new_ids, bounds = self._encode_packed(
+            pack_segments(todo, tiktoken_safe, self._flags, validated=True), self.n_jobs
+        )
+        if cache is not None:
+            for j, i in enumerate(missing):
+                text, allow = segments[i]
+                if cache.cacheable(text):
+                    cache.put((text, allow, tiktoken_safe), new_ids[bounds[j]:bounds[j + 1]])
+        return known, new_ids, bounds, missing
 
     def encode_to_numpy(self, segments: Sequence[tuple[str, bool]], tiktoken_safe: bool = True) -> np.ndarray:
         """``encode_segments(...).into_numpy()["ids"]`` in one call."""

@@ -76,9 +76,12 @@ def validate_segments(segments: Sequence) -> list[tuple[str, bool]]:
     return [_segment(seg, index) for index, seg in enumerate(segments)]
 
 
-def pack_segments(segments: Sequence, tiktoken_safe: bool, flags: np.ndarray) -> PackedSegments:
-    """Validate ``segments`` and pack them; ``TypeError`` names a bad segment's index."""
-    segments = validate_segments(segments)
+def pack_segments(
+    segments: Sequence, tiktoken_safe: bool, flags: np.ndarray, validated: bool = False
+) -> PackedSegments:
+    """Validate ``segments`` (unless ``validated``) and pack them; ``TypeError`` names a bad index."""
+    if not validated:
+        segments = validate_segments(segments)
     chunks: list[bytes] = []
     allow: list[bool] = []
     cut: list[bool] = []
