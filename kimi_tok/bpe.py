@@ -73,7 +73,7 @@ def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> Bpe
     try:
         with np.load(path) as stored:
             return BpeTables(**{name: stored[name] for name in BpeTables._fields})
-    except (OSError, KeyError, ValueError):
+    except Exception:  # missing, truncated, not an npz, wrong fields: whatever it is, rebuild
         pass
     tables = build_bpe_tables(token_bytes, token_offsets)
     try:

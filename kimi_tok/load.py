@@ -194,12 +194,23 @@ def vocabulary_from_ranks(mergeable_ranks: dict[bytes, int]) -> Vocabulary:
     return Vocabulary(token_bytes, offsets, np.zeros(n, dtype=np.int64))
 
 
+def read_json(path: Path):
+    """A UTF-8 JSON file; ``ValueError`` naming the file and line of what is wrong."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ValueError(f"{path}: line {line}: not valid UTF-8 (byte 0x{raw[e.start]:02x})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: line {e.lineno}: invalid JSON: {e.msg}") from None
+
+
 def read_special_tokens_json(path: Path) -> dict[str, int]:
     """``{"token": id, ...}`` (as in ``special_tokens.json``)."""
-    try:
-        table = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not valid UTF-8 JSON: {e}") from None
+    table = read_json(path)
     if not isinstance(table, dict) or not all(
         isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in table.items()
     ):
@@ -209,10 +220,7 @@ def read_special_tokens_json(path: Path) -> dict[str, int]:
 
 def read_tokenizer_config(path: Path) -> dict[str, int]:
     """Special tokens from a Hugging Face ``tokenizer_config.json``'s ``added_tokens_decoder``."""
-    try:
-        config = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not valid UTF-8 JSON: {e}") from None
+    config = read_json(path)
     decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
     if not isinstance(decoder, dict):
         raise ValueError(f"{path}: no 'added_tokens_decoder' object")
