@@ -11,7 +11,8 @@ the first round of byte pairs, a pair -> merged-token table for later rounds
 and a byte-span hash table for whole-piece look-ups. Pieces of up to
 ``SMALL_PIECE_BYTES`` merge in a fixed scratch buffer with a linear min-rank scan;
 longer ones use a heap over a linked list of parts (O(n log n), so a 25,000
-letter run stays fast). A per-call piece cache makes a repeated word merge once.
+letter run stays fast). A bounded piece cache per thread, kept across calls,
+makes a repeated word merge once.
 """
 
 from __future__ import annotations
@@ -45,8 +46,6 @@ SHORT_LENGTH_SHIFT = 56  # short key = bytes little-endian | length << SHORT_LEN
 NO_SHORT_KEY = np.uint64(0)  # an empty slot (real keys carry a non-zero length)
 CACHE_DIR_ENV = "KIMI_TOK_CACHE_DIR"
 TABLES_FORMAT = 1  # bump when BpeTables changes
-MIN_PIECE_CACHE_SLOTS = 1 << 8
-MAX_PIECE_CACHE_SLOTS = 1 << 20  # bounds the per-call cache: ~40 MB at most
 
 
 class BpeTables(NamedTuple):
@@ -382,28 +381,90 @@ def merge_piece(tables, buf, start, end, out, n_out, scratch):
 
 
 class PieceCache(NamedTuple):
-    """Per-call cache of merged pieces; values point at their first ids in ``out``."""
+    """Merged pieces (piece bytes -> ids) kept across calls, one cache per thread.
 
-    slots: np.ndarray  # int64 entry index per slot
-    piece_start: np.ndarray  # int64 byte offset of the first occurrence
-    piece_len: np.ndarray  # int64
-    ids_at: np.ndarray  # int64 offset of its ids in the output
+    Only pieces that are not vocabulary tokens are stored (the others cost one
+    look-up already). Keys and ids live in fixed arenas; when an arena or the
+    entry table is full the cache starts over, so memory stays at the size
+    ``new_piece_cache`` allocated.
+    """
+
+    slots: np.ndarray  # int64 entry index per slot, EMPTY if free
+    key_at: np.ndarray  # int64 offset of each entry's piece bytes in key_bytes
+    key_len: np.ndarray  # int64
+    ids_at: np.ndarray  # int64 offset of each entry's ids in ids
     ids_len: np.ndarray  # int64
+    key_bytes: np.ndarray  # uint8 arena
+    ids: np.ndarray  # int32 arena
+    used: np.ndarray  # int64[3]: entries, key bytes, ids in use
 
 
-@kernel
-def new_piece_cache(n_pieces):
-    n_slots = MIN_PIECE_CACHE_SLOTS
-    while n_slots < n_pieces and n_slots < MAX_PIECE_CACHE_SLOTS:
-        n_slots *= 2
-    capacity = n_slots // 2
+ENTRIES, KEY_BYTES_USED, IDS_USED = 0, 1, 2  # indices into PieceCache.used
+PIECE_CACHE_ENTRIES = 1 << 17
+PIECE_CACHE_KEY_BYTES = 1 << 22
+PIECE_CACHE_IDS = 1 << 20
+
+
+def new_piece_cache(entries: int = PIECE_CACHE_ENTRIES, key_bytes: int = PIECE_CACHE_KEY_BYTES,
+                    ids: int = PIECE_CACHE_IDS) -> PieceCache:
+    """An empty cache (about 14 MB with the defaults)."""
     return PieceCache(
-        np.full(n_slots, EMPTY, dtype=np.int64),
-        np.empty(capacity, dtype=np.int64),
-        np.empty(capacity, dtype=np.int64),
-        np.empty(capacity, dtype=np.int64),
-        np.empty(capacity, dtype=np.int64),
+        np.full(2 * entries, EMPTY, dtype=np.int64),
+        np.empty(entries, dtype=np.int64),
+        np.empty(entries, dtype=np.int64),
+        np.empty(entries, dtype=np.int64),
+        np.empty(entries, dtype=np.int64),
+        np.empty(key_bytes, dtype=np.uint8),
+        np.empty(ids, dtype=np.int32),
+        np.zeros(3, dtype=np.int64),
     )
+
+
+@leaf
+def _cache_find(cache, buf, start, end, h):
+    """``(entry or EMPTY, slot)`` for the piece ``buf[start:end]`` with hash ``h``."""
+    mask = cache.slots.shape[0] - 1
+    length = end - start
+    slot = np.int64(h & np.uint64(mask))
+    while True:
+        entry = cache.slots[slot]
+        if entry == EMPTY:
+            return EMPTY, slot
+        if cache.key_len[entry] == length and spans_equal(cache.key_bytes, cache.key_at[entry], buf, start, length):
+            return entry, slot
+        slot = (slot + 1) & mask
+
+
+@leaf
+def _cache_store(cache, slot, buf, start, end, ids, ids_start, ids_end):
+    """Remember ``ids[ids_start:ids_end]`` for the piece ``buf[start:end]`` at a free ``slot``."""
+    used = cache.used
+    length = end - start
+    n_ids = ids_end - ids_start
+    if length > cache.key_bytes.shape[0] or n_ids > cache.ids.shape[0]:
+        return
+    if (used[ENTRIES] == cache.key_at.shape[0] or used[KEY_BYTES_USED] + length > cache.key_bytes.shape[0]
+            or used[IDS_USED] + n_ids > cache.ids.shape[0]):
+        for k in range(cache.slots.shape[0]):  # full: start over
+            cache.slots[k] = EMPTY
+        used[ENTRIES] = 0
+        used[KEY_BYTES_USED] = 0
+        used[IDS_USED] = 0
+        mask = cache.slots.shape[0] - 1
+        slot = np.int64(hash_span(buf, start, end) & np.uint64(mask))
+    entry = used[ENTRIES]
+    cache.slots[slot] = entry
+    cache.key_at[entry] = used[KEY_BYTES_USED]
+    cache.key_len[entry] = length
+    for k in range(length):
+        cache.key_bytes[used[KEY_BYTES_USED] + k] = buf[start + k]
+    cache.ids_at[entry] = used[IDS_USED]
+    cache.ids_len[entry] = n_ids
+    for k in range(n_ids):
+        cache.ids[used[IDS_USED] + k] = ids[ids_start + k]
+    used[ENTRIES] += 1
+    used[KEY_BYTES_USED] += length
+    used[IDS_USED] += n_ids
 
 
 @leaf
@@ -419,42 +480,23 @@ def find_token(tables, buf, start, end):
 
 
 @leaf
-def encode_unknown_piece(tables, cache, n_cached, buf, start, end, out, n_out, scratch):
-    """Ids of a piece that is not a token: from the piece cache, else merged and cached.
-
-    Returns ``(n_out, n_cached)``.
-    """
-    length = end - start
-    h = hash_span(buf, start, end)
-    mask = cache.slots.shape[0] - 1
-    slot = np.int64(h & np.uint64(mask))
-    while True:
-        entry = cache.slots[slot]
-        if entry == EMPTY:
-            break
-        if cache.piece_len[entry] == length and spans_equal(
-            buf, cache.piece_start[entry], buf, start, length
-        ):
-            first = cache.ids_at[entry]
-            for i in range(cache.ids_len[entry]):
-                out[n_out + i] = out[first + i]
-            return n_out + cache.ids_len[entry], n_cached
-        slot = (slot + 1) & mask
+def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch):
+    """Ids of a piece that is not a token: from the piece cache, else merged and cached."""
+    entry, slot = _cache_find(cache, buf, start, end, hash_span(buf, start, end))
+    if entry != EMPTY:
+        first = cache.ids_at[entry]
+        n_ids = cache.ids_len[entry]
+        for i in range(n_ids):
+            out[n_out + i] = cache.ids[first + i]
+        return n_out + n_ids
     n_new = merge_piece(tables, buf, start, end, out, n_out, scratch)
-    if n_cached < cache.piece_start.shape[0]:
-        cache.slots[slot] = n_cached
-        cache.piece_start[n_cached] = start
-        cache.piece_len[n_cached] = length
-        cache.ids_at[n_cached] = n_out
-        cache.ids_len[n_cached] = n_new - n_out
-        n_cached += 1
-    return n_new, n_cached
+    _cache_store(cache, slot, buf, start, end, out, n_out, n_new)
+    return n_new
 
 
 @leaf
 def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end, cache, scratch):
     n_out = 0
-    n_cached = 0
     byte_rank = tables.byte_rank
     short_slots = tables.short_slots
     for r in range(run_start.shape[0]):
@@ -477,9 +519,7 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
                 out[n_out] = rank
                 n_out += 1
             else:
-                n_out, n_cached = encode_unknown_piece(
-                    tables, cache, n_cached, buf, start, end, out, n_out, scratch
-                )
+                n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch)
             start = end
         run_out_end[r] = n_out
     return n_out
@@ -504,13 +544,13 @@ def max_ids(buf_len: int, n_runs: int) -> int:
 
 
 @kernel
-def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece_end, out, run_out_end):
+def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece_end, out, run_out_end, cache):
     """Ids of every run into ``out`` (sized by ``max_ids``); returns how many were written.
 
-    ``run_out_end[r]`` receives the end of run ``r``'s ids in ``out``.
+    ``run_out_end[r]`` receives the end of run ``r``'s ids in ``out``. ``cache`` is
+    the calling thread's ``PieceCache`` (never shared between threads).
     """
     scratch = new_merge_scratch(longest_piece(run_start, run_special, first_piece, piece_end))
-    cache = new_piece_cache(piece_end.shape[0])
     return _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end,
                        cache, scratch)
 

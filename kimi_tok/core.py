@@ -14,6 +14,7 @@ Every compiled stage runs without the GIL, so threads can share a Tokenizer.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -144,6 +145,7 @@ class Tokenizer:
     ) -> None:
         self.n_jobs = check_n_jobs(n_jobs)
         self.segment_cache = SegmentCache(segment_cache_bytes) if segment_cache_bytes else None
+        self._thread_state = threading.local()
         special_tokens = dict(special_tokens or {})
         n_ranks = vocabulary.token_offsets.shape[0] - 1
         for text, id_ in special_tokens.items():
@@ -320,11 +322,18 @@ class Tokenizer:
         out = np.empty(bpe.max_ids(span, n_runs), dtype=ID_DTYPE)
         run_out_end = np.empty(n_runs, dtype=np.int64)
         n = bpe.encode_runs(self._bpe, buf, run_start, run_end, run_special, first_piece, piece_end, out,
-                            run_out_end)
+                            run_out_end, self._piece_cache())
         clock.lap("bpe")
         out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
         clock.lap("assembly")
         return out, run_start, run_out_end
+
+    def _piece_cache(self) -> bpe.PieceCache:
+        """This thread's piece cache (kernels write to it, so threads never share one)."""
+        cache = getattr(self._thread_state, "piece_cache", None)
+        if cache is None:
+            cache = self._thread_state.piece_cache = bpe.new_piece_cache()
+        return cache
 
     def profile_segments(self, segments, tiktoken_safe: bool = True, n_jobs: int = 1) -> dict[str, float]:
         """Seconds spent per pipeline stage for one ``encode_segments`` call (one thread by default)."""
