@@ -14,3 +14,4 @@ import numba as nb
 
 kernel = nb.njit(cache=True, nogil=True)
 leaf = nb.njit(cache=True, nogil=True, _nrt=False)
+leaf_inline = nb.njit(cache=True, nogil=True, _nrt=False, inline="always")

@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 import pcre2
 
-from .jit import kernel, leaf
+from .jit import kernel, leaf, leaf_inline
 from .unicode_classes import (
     HAN,
     HAN_CLASS,
@@ -92,7 +92,7 @@ def _advance(buf, i):
     return i + sequence_length(buf[i])
 
 
-@leaf
+@leaf_inline
 def _run_end(buf, i, end, table, flag):
     """End of the longest run from ``i`` of characters having ``flag``."""
     while i < end and _has(buf, i, table, flag):
@@ -105,7 +105,7 @@ def _is_newline(byte):
     return (byte == CR) | (byte == LF)
 
 
-@leaf
+@leaf_inline
 def _is_prefix(buf, i, table):
     """``[^\\r\\n\\p{L}\\p{N}]``"""
     if _is_newline(buf[i]):
@@ -113,7 +113,7 @@ def _is_prefix(buf, i, table):
     return not _has(buf, i, table, LETTER | NUMBER)
 
 
-@leaf
+@leaf_inline
 def _is_symbol(buf, i, table):
     """``[^\\s\\p{L}\\p{N}]``"""
     return not _has(buf, i, table, WHITESPACE | LETTER | NUMBER)
@@ -124,7 +124,7 @@ def _lower_ascii(byte):
     return byte | ASCII_CASE_BIT
 
 
-@leaf
+@leaf_inline
 def _contraction_end(buf, i, end):
     """``(?i:'s|'t|'re|'ve|'m|'ll|'d)?`` at ``i``: its end, or ``i`` when absent."""
     if i + 1 >= end or buf[i] != APOSTROPHE:
@@ -143,7 +143,7 @@ def _contraction_end(buf, i, end):
     return i
 
 
-@leaf
+@leaf_inline
 def _match_lower_word(buf, start, end, table):
     """Alternative 2 after its prefix: ``UPPERISH* LOWERISH+ CONTRACTION?``.
 
@@ -169,7 +169,7 @@ def _match_lower_word(buf, start, end, table):
     return _contraction_end(buf, word_end, end)
 
 
-@leaf
+@leaf_inline
 def _match_upper_word(buf, start, end, table):
     """Alternative 3 after its prefix: ``UPPERISH+ LOWERISH* CONTRACTION?``."""
     if start >= end or not _has(buf, start, table, UPPERISH):
@@ -179,7 +179,7 @@ def _match_upper_word(buf, start, end, table):
     return _contraction_end(buf, i, end)
 
 
-@leaf
+@leaf_inline
 def _match_number(buf, start, end, table):
     """Alternative 4: ``\\p{N}{1,3}``."""
     i = start
@@ -190,7 +190,7 @@ def _match_number(buf, start, end, table):
     return i if i > start else NO_MATCH
 
 
-@leaf
+@leaf_inline
 def _match_symbols(buf, start, end, table):
     """Alternative 5: `` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*``."""
     i = start
@@ -205,7 +205,7 @@ def _match_symbols(buf, start, end, table):
     return i
 
 
-@leaf
+@leaf_inline
 def _match_whitespace(buf, start, end, table):
     """Alternatives 6-8 on a whitespace run starting at ``start``.
 
@@ -229,7 +229,7 @@ def _match_whitespace(buf, start, end, table):
     return i
 
 
-@leaf
+@leaf_inline
 def next_piece_end(buf, start, end, table):
     """End of the piece that the Kimi pattern matches at ``start`` (``start < end``)."""
     f = _flags(buf, start, table)
