@@ -1,128 +1,429 @@
-"""``kimi-tok``: encode, count and decode from the shell.
+"""``kimi-tok`` (also ``python -m kimi_tok``): the Kimi K3 tokenizer from the shell.
 
+    echo "hello world" | kimi-tok encode
     kimi-tok count prompt.txt
-    echo "hello" | kimi-tok encode -
     kimi-tok encode --segments chat.json --out ids.npy
-    kimi-tok decode ids.json
+    kimi-tok encode --jsonl texts.jsonl --out ids.jsonl
+    kimi-tok decode ids.npy
+    kimi-tok verify
+    kimi-tok export-hf tokenizer.json
+    kimi-tok bench --quick
+
+A mistake in the command line or its input prints one line, ``kimi-tok: error: ...``,
+and exits with status 2; ``verify`` exits with 1 when it finds a mismatch.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+STDIN = "-"
+
+DESCRIPTION = """\
+The exact Kimi K3 tokenizer: the same token ids as the official tokenizer
+(tiktoken with its "tiktoken-safe" chunking), computed fast.
+
+Text comes from a file or from stdin (use - or leave the file out). Special-token
+text such as <|open|> is plain text unless you pass --allow-special; a rendered
+chat is best given as --segments, a JSON list of [text, allow_special] pairs, so
+that only the control tokens you put there are control tokens."""
+
+EPILOG = """\
+examples:
+  echo "hello world" | kimi-tok encode          [22931, 2695, 198]
+  kimi-tok count notes.txt                      number of tokens
+  kimi-tok encode --segments chat.json --out ids.npy
+      chat.json: [["<|open|>", true], ["message", false], [" role=\\"user\\"", false],
+                  ["<|sep|>", true], ["Hi!", false], ...]
+  kimi-tok encode --jsonl texts.jsonl           one JSON line of ids per input line
+  kimi-tok decode ids.npy                       ids (.npy or JSON) back to text
+  kimi-tok verify                               compare with tiktoken on sample prompts
+  kimi-tok export-hf tokenizer.json             a Hugging Face tokenizer.json
+  kimi-tok bench --quick                        the benchmark (needs the source checkout)
+
+run "kimi-tok COMMAND --help" for the options of one command; "python -m kimi_tok" is the same program."""
+
 
 class UserError(Exception):
-    """A mistake in the command line or its input: printed as one line, exit 2."""
+    """A mistake in the command line or its input: printed as one line, exit status 2."""
+
+
+# -- reading input ---------------------------------------------------------------
+
+
+def _read_bytes(source: str) -> bytes:
+    if source == STDIN:
+        return sys.stdin.buffer.read()
+    try:
+        return Path(source).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{source}: no such file") from None
+    except OSError as e:
+        raise UserError(f"{source}: cannot read: {e.strerror}") from None
 
 
 def _read_text(source: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
+    """The file's text exactly as stored (no newline translation: CRLF changes ids)."""
+    raw = _read_bytes(source)
     try:
-        return Path(source).read_text("utf-8")
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{_name(source)}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _name(source: str) -> str:
+    return "stdin" if source == STDIN else source
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{where}: invalid JSON: {e}") from None
+
+
+def _segments_from_json(data: Any, where: str) -> list[tuple[str, bool]]:
+    """``[[text, allow_special], ...]`` checked item by item."""
+    if not isinstance(data, list):
+        raise UserError(f"{where}: expected a list of [text, allow_special] pairs, got {_json_type(data)}")
+    for i, seg in enumerate(data):
+        if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[0], str) and isinstance(seg[1], bool)):
+            shown = json.dumps(seg, ensure_ascii=False)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise UserError(f"{where}: segment {i} must be [text, allow_special] (a string and true/false), got {shown}")
+    return [(text, allow) for text, allow in data]
+
+
+def _jsonl_line_segments(line: str, where: str, allow_special: bool) -> list[tuple[str, bool]]:
+    """One JSONL line: a JSON string (a text) or a list of segments."""
+    data = _parse_json(line, where)
+    if isinstance(data, str):
+        return [(data, allow_special)]
+    if isinstance(data, list):
+        return _segments_from_json(data, where)
+    raise UserError(f"{where}: expected a JSON string or a list of [text, allow_special] pairs, got {_json_type(data)}")
+
+
+def _jsonl_lines(source: str) -> list[tuple[str, str]]:
+    """``(where, line)`` for each line of a JSONL input.
+
+    Lines end at ``\n`` only: JSON text may hold a raw U+2028 or U+0085, which
+    ``str.splitlines`` would wrongly treat as line ends.
+    """
+    lines = _read_text(source).split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [(f"{_name(source)}: line {n}", line) for n, line in enumerate(lines, 1)]
+
+
+def _inputs(args) -> list[tuple[str, list[tuple[str, bool]]]]:
+    """``(where, segments)`` per output line: one for a text or --segments, one per line for --jsonl."""
+    if args.jsonl:
+        return [(where, _jsonl_line_segments(line, where, args.allow_special)) for where, line in _jsonl_lines(args.input)]
+    where = _name(args.input)
+    if args.segments:
+        return [(where, _segments_from_json(_parse_json(_read_text(args.input), where), where))]
+    return [(where, [(_read_text(args.input), args.allow_special)])]
+
+
+# -- writing output --------------------------------------------------------------
+
+
+def _write(out: str | None, data: bytes) -> None:
+    if out is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        Path(out).write_bytes(data)
+    except OSError as e:
+        raise UserError(f"{out}: cannot write: {e.strerror}") from None
+
+
+def _write_npy(out: str, ids: np.ndarray) -> None:
+    try:
+        np.save(out, ids)
+    except OSError as e:
+        raise UserError(f"{out}: cannot write: {e.strerror}") from None
+
+
+def _json_lines(values: list[Any]) -> bytes:
+    return "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in values).encode("utf-8")
+
+
+# -- encode, count, decode --------------------------------------------------------
+
+
+def _tokenizer():
+    import kimi_tok
+
+    return kimi_tok.kimi_k3()
+
+
+def _encode_all(args) -> list[np.ndarray]:
+    tok = _tokenizer()
+    out = []
+    for where, segments in _inputs(args):
+        try:
+            out.append(tok.encode_to_numpy(segments, tiktoken_safe=not args.no_tiktoken_safe))
+        except (TypeError, ValueError) as e:
+            raise UserError(f"{where}: {e}") from None
+    return out
+
+
+def cmd_encode(args) -> int:
+    """Token ids as JSON (a list, or one list per line with --jsonl), or a .npy file."""
+    if args.jsonl and args.out and args.out.endswith(".npy"):
+        raise UserError("--jsonl writes one JSON line per input line; use an --out name not ending in .npy")
+    ids = _encode_all(args)
+    if args.out and args.out.endswith(".npy"):
+        _write_npy(args.out, ids[0])
+    else:
+        _write(args.out, _json_lines([a.tolist() for a in ids]))
+    return EXIT_OK
+
+
+def cmd_count(args) -> int:
+    """The number of tokens (one number per line with --jsonl)."""
+    _write(None, _json_lines([len(a) for a in _encode_all(args)]))
+    return EXIT_OK
+
+
+def _ids_from_json(data: Any, where: str) -> list[int]:
+    if not isinstance(data, list):
+        raise UserError(f"{where}: expected a list of token ids, got {_json_type(data)}")
+    for i, value in enumerate(data):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{where}: item {i} is {json.dumps(value)}, not an integer token id")
+    return data
+
+
+def _ids_from_npy(source: str) -> np.ndarray:
+    try:
+        ids = np.load(source, allow_pickle=False)
     except FileNotFoundError:
         raise UserError(f"{source}: no such file") from None
-    except UnicodeDecodeError as e:
-        raise UserError(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{source}: not a .npy array: {e}") from None
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise UserError(f"{source}: expected a 1-D integer array, got dtype {ids.dtype} shape {ids.shape}")
+    return ids
 
 
-def _segments(args) -> list[tuple[str, bool]]:
-    text = _read_text(args.input)
-    if not args.segments:
-        return [(text, args.allow_special)]
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{args.input}: invalid JSON: {e}") from None
-    if not isinstance(data, list):
-        raise UserError(f"{args.input}: expected a JSON list of [text, allow_special] pairs")
-    return [tuple(seg) if isinstance(seg, list) else seg for seg in data]
-
-
-def _encode(args) -> np.ndarray:
-    import kimi_tok
-
-    try:
-        return kimi_tok.kimi_k3().encode_to_numpy(_segments(args), tiktoken_safe=not args.no_tiktoken_safe)
-    except TypeError as e:
-        raise UserError(f"{args.input}: {e}") from None
-
-
-def cmd_encode(args) -> None:
-    ids = _encode(args)
-    if args.out and args.out.endswith(".npy"):
-        np.save(args.out, ids)
-    else:
-        text = json.dumps(ids.tolist())
-        if args.out:
-            Path(args.out).write_text(text + "\n")
-        else:
-            print(text)
-
-
-def cmd_count(args) -> None:
-    print(len(_encode(args)))
-
-
-def cmd_decode(args) -> None:
-    import kimi_tok
-
+def _id_lists(args) -> list[tuple[str, Any]]:
     if args.input.endswith(".npy"):
+        return [(args.input, _ids_from_npy(args.input))]
+    if args.jsonl:
+        return [(where, _ids_from_json(_parse_json(line, where), where)) for where, line in _jsonl_lines(args.input)]
+    where = _name(args.input)
+    return [(where, _ids_from_json(_parse_json(_read_text(args.input), where), where))]
+
+
+def cmd_decode(args) -> int:
+    """Text of ids (.npy or a JSON list); --jsonl: one JSON string per line of id lists."""
+    tok = _tokenizer()
+    texts = []
+    for where, ids in _id_lists(args):
         try:
-            ids = np.load(args.input)
-        except (OSError, ValueError) as e:
-            raise UserError(f"{args.input}: not a .npy array: {e}") from None
-    else:
-        try:
-            ids = json.loads(_read_text(args.input))
-        except json.JSONDecodeError as e:
-            raise UserError(f"{args.input}: invalid JSON: {e}") from None
+            texts.append(tok.decode(ids))
+        except (TypeError, ValueError) as e:
+            raise UserError(f"{where}: {e}") from None
+    data = _json_lines(texts) if args.jsonl else texts[0].encode("utf-8", "surrogatepass")
+    _write(args.out, data)
+    return EXIT_OK
+
+
+# -- verify, export-hf, bench -----------------------------------------------------
+
+
+def _reference_ids(enc, segments: list[tuple[str, bool]]) -> list[int]:
+    """The official K3 encoding: tiktoken-safe chunks of each segment, each one tiktoken call."""
+    from ._educational import safe_substrings
+
+    ids: list[int] = []
+    for text, allow_special in segments:
+        for sub in safe_substrings(text):
+            ids += enc.encode(sub, allowed_special="all") if allow_special else enc.encode(sub, disallowed_special=())
+    return ids
+
+
+def _first_difference(got: list[int], want: list[int]) -> int:
+    return next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+
+
+def cmd_verify(args) -> int:
+    """kimi_tok's ids == tiktoken's (with the official chunking) on generated chat prompts."""
     try:
-        sys.stdout.write(kimi_tok.kimi_k3().decode(ids))
-    except (TypeError, ValueError) as e:
-        raise UserError(f"{args.input}: {e}") from None
+        import tiktoken  # noqa: F401
+    except ImportError:
+        raise UserError("verify compares with tiktoken, which is not installed: pip install tiktoken") from None
+    from .samples import sample_prompt
+    from .tiktoken_compat import real_tiktoken_encoding
+
+    tok = _tokenizer()
+    enc = real_tiktoken_encoding(tok)
+    n_tokens = n_mismatches = 0
+    for k in range(args.prompts):
+        segments = sample_prompt(args.chars, seed=args.seed + k)
+        got, want = tok.encode_to_numpy(segments).tolist(), _reference_ids(enc, segments)
+        n_tokens += len(want)
+        if got == want:
+            print(f"prompt {k + 1}/{args.prompts} (seed {args.seed + k}): {len(segments)} segments, {len(want):,} tokens: identical")
+            continue
+        n_mismatches += 1
+        i = _first_difference(got, want)
+        print(f"prompt {k + 1}/{args.prompts} (seed {args.seed + k}): MISMATCH at token {i}: "
+              f"kimi_tok {got[i:i + 5]} vs tiktoken {want[i:i + 5]} ({len(got):,} vs {len(want):,} tokens)")
+    print(f"verify: {args.prompts} prompts, {n_tokens:,} tokens, {n_mismatches} mismatching prompts "
+          f"(kimi_tok vs tiktoken {tiktoken.__version__} with tiktoken-safe chunking)")
+    return EXIT_MISMATCH if n_mismatches else EXIT_OK
+
+
+def cmd_export_hf(args) -> int:
+    """Write a Hugging Face tokenizer.json for Kimi K3."""
+    out = Path(args.out)
+    if out.is_dir():
+        out = out / "tokenizer.json"
+    if not out.parent.is_dir():
+        raise UserError(f"{out}: cannot write: no directory {out.parent}")
+    tok = _tokenizer()
+    try:
+        data = tok.to_tokenizer_json(out)
+    except OSError as e:
+        raise UserError(f"{out}: cannot write: {e.strerror}") from None
+    model = data["model"]
+    print(f"wrote {out}: {len(model['vocab']):,} tokens, {len(model['merges']):,} merges, "
+          f"{len(data['added_tokens'])} special tokens")
+    return EXIT_OK
+
+
+REPO_ENV = "KIMI_TOK_REPO"
+
+
+def find_checkout() -> Path | None:
+    """The source checkout holding ``bench/bench.py``: ``$KIMI_TOK_REPO``, else next to the package, else cwd."""
+    if os.environ.get(REPO_ENV):
+        candidates = [Path(os.environ[REPO_ENV])]
+    else:
+        candidates = [Path(__file__).resolve().parent.parent, Path.cwd()]
+    return next((c for c in candidates if (c / "bench" / "bench.py").is_file()), None)
+
+
+def cmd_bench(args, bench_args: list[str]) -> int:
+    """Run ``python -m bench.bench`` in the source checkout, passing the remaining arguments."""
+    root = find_checkout()
+    if root is None:
+        where = f"${REPO_ENV}={os.environ[REPO_ENV]}" if os.environ.get(REPO_ENV) else "next to the package or in the current directory"
+        raise UserError(f"bench needs the kimi_tok source checkout, but no bench/bench.py was found ({where}); "
+                        "run it inside a clone of the repository")
+    return subprocess.call([sys.executable, "-m", "bench.bench", *bench_args], cwd=root)
+
+
+# -- the parser --------------------------------------------------------------------
+
+
+def _add_text_input(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", nargs="?", default=STDIN, help="a UTF-8 text file, or - for stdin (the default)")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--segments", action="store_true",
+                       help="the input is a JSON list of [text, allow_special] pairs, each encoded on its own")
+    shape.add_argument("--jsonl", action="store_true",
+                       help="the input has one JSON value per line: a text (a string) or a segments list")
+    p.add_argument("--allow-special", action="store_true",
+                   help="encode special-token text (e.g. <|open|>) as control tokens; default: as plain text")
+    p.add_argument("--no-tiktoken-safe", action="store_true",
+                   help="skip the official 400k/25k chunking (one tiktoken call per segment; ids may differ)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kimi-tok",
-        description="The exact Kimi K3 tokenizer (same ids as the official tiktoken path).",
+        prog="kimi-tok", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, func, help_ in (
-        ("encode", cmd_encode, "print token ids of a text (or write them with --out)"),
-        ("count", cmd_count, "print the number of tokens only"),
-    ):
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("input", help="a UTF-8 text file, or - for stdin")
-        p.add_argument("--segments", action="store_true",
-                       help="input is a JSON list of [text, allow_special] segments")
-        p.add_argument("--allow-special", action="store_true",
-                       help="treat special-token text (e.g. <|open|>) as control tokens")
-        p.add_argument("--no-tiktoken-safe", action="store_true",
-                       help="encode each segment whole (no 400k/25k chunking; ids may differ)")
-        if name == "encode":
-            p.add_argument("--out", help="write ids to this file (.npy, or JSON otherwise)")
-        p.set_defaults(func=func)
-    p = sub.add_parser("decode", help="ids (.npy or a JSON list) back to text")
-    p.add_argument("input", help="a .npy file, a JSON file of ids, or - for stdin")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("encode", help="print token ids (JSON) or write them (--out ids.npy / ids.json)",
+                       description="Print the token ids of a text, a segments list, or each line of a JSONL file.")
+    _add_text_input(p)
+    p.add_argument("--out", help="write the ids here: a .npy file (uint32), or JSON for any other name")
+    p.set_defaults(func=cmd_encode)
+
+    p = sub.add_parser("count", help="print the number of tokens",
+                       description="Print the number of tokens (one number per line with --jsonl).")
+    _add_text_input(p)
+    p.set_defaults(func=cmd_count)
+
+    p = sub.add_parser("decode", help="turn ids (.npy or a JSON list) back into text",
+                       description="Print the text of token ids from a .npy file or a JSON list.")
+    p.add_argument("input", nargs="?", default=STDIN, help="a .npy file, a JSON file of ids, or - for stdin (the default)")
+    p.add_argument("--jsonl", action="store_true", help="one JSON list of ids per line; prints one JSON string per line")
+    p.add_argument("--out", help="write the text here instead of stdout")
     p.set_defaults(func=cmd_decode)
+
+    p = sub.add_parser("verify", help="check kimi_tok's ids against tiktoken on generated prompts",
+                       description="Encode generated chat prompts with kimi_tok and with tiktoken plus the official "
+                                   "tiktoken-safe chunking (needs tiktoken); exit 1 on any mismatch.")
+    p.add_argument("--prompts", type=_positive_int, default=3, help="how many prompts (default 3)")
+    p.add_argument("--chars", type=_positive_int, default=100_000, help="characters per prompt (default 100000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first prompt (default 0)")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("export-hf", help="write a Hugging Face tokenizer.json",
+                       description="Write a tokenizer.json that the Hugging Face tokenizers library loads. It gives "
+                                   "kimi_tok's ids without tiktoken-safe chunking (see kimi_tok/hf.py).")
+    p.add_argument("out", nargs="?", default="tokenizer.json", help="the file (or a directory) to write; default tokenizer.json")
+    p.set_defaults(func=cmd_export_hf)
+
+    sub.add_parser("bench", add_help=False, help="run the headline benchmark (needs the source checkout); "
+                                                 "arguments go to bench.bench, e.g. --quick or --help")
     return parser
 
 
+def _run(argv: list[str] | None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "bench":
+        return cmd_bench(args, extra)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args.func(args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Entry point of ``kimi-tok``; returns the exit status."""
     try:
-        args.func(args)
+        return _run(argv)
     except UserError as e:
         print(f"kimi-tok: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_USAGE
+    except BrokenPipeError:  # e.g. kimi-tok encode big.txt | head
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
