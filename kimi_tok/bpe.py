@@ -44,8 +44,12 @@ LOW_32_BITS = (1 << 32) - 1
 SHORT_TOKEN_BYTES = 7  # tokens this short are found by one integer compare
 SHORT_LENGTH_SHIFT = 56  # short key = bytes little-endian | length << SHORT_LENGTH_SHIFT
 NO_SHORT_KEY = np.uint64(0)  # an empty slot (real keys carry a non-zero length)
+PACKED_ID_BITS = 20  # a short piece's value: up to 3 ids below 2**20 and their count in one uint64
+PACKED_ID_MASK = (1 << PACKED_ID_BITS) - 1
+MAX_PACKED_IDS = 3
+PACKED_COUNT_SHIFT = MAX_PACKED_IDS * PACKED_ID_BITS
 CACHE_DIR_ENV = "KIMI_TOK_CACHE_DIR"
-TABLES_FORMAT = 1  # bump when BpeTables changes
+TABLES_FORMAT = 2  # part of the cache file name, with a digest of this module's source
 
 
 class BpeTables(NamedTuple):
@@ -57,7 +61,7 @@ class BpeTables(NamedTuple):
     byte_rank: np.ndarray  # int32[256]
     byte_pair_rank: np.ndarray  # int32[256 * 256], NO_MERGE when absent
     pair_slots: np.ndarray  # int64 pairs (left << PAIR_SHIFT | right, merged rank)
-    short_slots: np.ndarray  # uint64 pairs (short key, rank): one cache line per probe
+    short_slots: np.ndarray  # uint64 pairs (short key, packed ids): one cache line per probe
 
 
 def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeTables:
@@ -66,7 +70,10 @@ def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> Bpe
     build the K3 tables, ~0.02 s to read them). An unwritable or damaged cache only
     means building them again.
     """
-    digest = hashlib.sha256(token_bytes.tobytes() + token_offsets.tobytes()).hexdigest()[:32]
+    # keyed by the vocabulary and by this module's source, so a changed table layout never
+    # reads tables built by other code
+    source = Path(__file__).read_bytes()
+    digest = hashlib.sha256(token_bytes.tobytes() + token_offsets.tobytes() + source).hexdigest()[:32]
     root = Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "kimi_tok")
     path = root / f"bpe-tables-v{TABLES_FORMAT}-{digest}.npz"
     try:
@@ -134,23 +141,41 @@ def _build_short_table(token_bytes, token_offsets, n_slots):
         while table[2 * slot] != NO_SHORT_KEY:
             slot = (slot + 1) & mask
         table[2 * slot] = key
-        table[2 * slot + 1] = rank
+        table[2 * slot + 1] = (np.uint64(1) << np.uint64(PACKED_COUNT_SHIFT)) | np.uint64(rank)
     return table
 
 
 @leaf
-def find_short_token(table, buf, start, end):
-    """Rank of the token ``buf[start:end]`` (at most ``SHORT_TOKEN_BYTES``), or ``EMPTY``."""
-    key = short_key(buf, start, end)
+def find_short_piece(table, key):
+    """``(packed ids or 0, slot)`` of a short piece's ``key`` in a short table."""
     mask = (table.shape[0] >> 1) - 1
     slot = np.int64(mix64(key) & np.uint64(mask))
     while True:
         stored = table[2 * slot]
         if stored == key:
-            return np.int64(table[2 * slot + 1])
+            return table[2 * slot + 1], slot
         if stored == NO_SHORT_KEY:
-            return EMPTY
+            return np.uint64(0), slot
         slot = (slot + 1) & mask
+
+
+@leaf
+def packed_count(packed):
+    return np.int64(packed >> np.uint64(PACKED_COUNT_SHIFT))
+
+
+@leaf
+def packed_id(packed, k):
+    return np.int64((packed >> np.uint64(PACKED_ID_BITS * k)) & np.uint64(PACKED_ID_MASK))
+
+
+@leaf
+def find_short_token(table, buf, start, end):
+    """Rank of the token ``buf[start:end]`` (at most ``SHORT_TOKEN_BYTES``), or ``EMPTY``."""
+    packed, _ = find_short_piece(table, short_key(buf, start, end))
+    if packed_count(packed) != 1:
+        return EMPTY
+    return packed_id(packed, 0)
 
 
 @kernel
@@ -383,9 +408,10 @@ def merge_piece(tables, buf, start, end, out, n_out, scratch):
 class PieceCache(NamedTuple):
     """Merged pieces (piece bytes -> ids) kept across calls, one cache per thread.
 
-    Only pieces that are not vocabulary tokens are stored (the others cost one
-    look-up already). Keys and ids live in fixed arenas; when an arena or the
-    entry table is full the cache starts over, so memory stays at the size
+    Short pieces whose ids pack in a uint64 are added to the thread's copy of the
+    short-token table, so one probe answers both "is it a token" and "was it
+    merged before". Other pieces go to a general table whose keys and ids live in
+    fixed arenas. When a part is full it starts over, so memory stays at the size
     ``new_piece_cache`` allocated.
     """
 
@@ -396,18 +422,20 @@ class PieceCache(NamedTuple):
     ids_len: np.ndarray  # int64
     key_bytes: np.ndarray  # uint8 arena
     ids: np.ndarray  # int32 arena
-    used: np.ndarray  # int64[3]: entries, key bytes, ids in use
+    used: np.ndarray  # int64[4]: entries, key bytes, ids in use, short pieces added
+    short_slots: np.ndarray  # this thread's copy of BpeTables.short_slots plus merged short pieces
 
 
-ENTRIES, KEY_BYTES_USED, IDS_USED = 0, 1, 2  # indices into PieceCache.used
+ENTRIES, KEY_BYTES_USED, IDS_USED, SHORT_ADDED = 0, 1, 2, 3  # indices into PieceCache.used
+SHORT_ADDED_LIMIT_DIVISOR = 4  # merged short pieces fill at most 1/4 of the short table's slots
 PIECE_CACHE_ENTRIES = 1 << 17
 PIECE_CACHE_KEY_BYTES = 1 << 22
 PIECE_CACHE_IDS = 1 << 20
 
 
-def new_piece_cache(entries: int = PIECE_CACHE_ENTRIES, key_bytes: int = PIECE_CACHE_KEY_BYTES,
-                    ids: int = PIECE_CACHE_IDS) -> PieceCache:
-    """An empty cache (about 14 MB with the defaults)."""
+def new_piece_cache(tables: BpeTables, entries: int = PIECE_CACHE_ENTRIES,
+                    key_bytes: int = PIECE_CACHE_KEY_BYTES, ids: int = PIECE_CACHE_IDS) -> PieceCache:
+    """An empty cache for one thread (about 14 MB plus a copy of the short-token table)."""
     return PieceCache(
         np.full(2 * entries, EMPTY, dtype=np.int64),
         np.empty(entries, dtype=np.int64),
@@ -416,7 +444,8 @@ def new_piece_cache(entries: int = PIECE_CACHE_ENTRIES, key_bytes: int = PIECE_C
         np.empty(entries, dtype=np.int64),
         np.empty(key_bytes, dtype=np.uint8),
         np.empty(ids, dtype=np.int32),
-        np.zeros(3, dtype=np.int64),
+        np.zeros(4, dtype=np.int64),
+        tables.short_slots.copy(),
     )
 
 
@@ -480,8 +509,38 @@ def find_token(tables, buf, start, end):
 
 
 @leaf
-def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch):
-    """Ids of a piece that is not a token: from the piece cache, else merged and cached."""
+def _add_short_piece(tables, cache, key, slot, out, ids_start, ids_end):
+    """Add a merged short piece to this thread's short table if its ids pack; returns success.
+
+    Past ``SHORT_ADDED_LIMIT_DIVISOR`` the table is reset to the vocabulary's.
+    """
+    n_ids = ids_end - ids_start
+    if n_ids > MAX_PACKED_IDS:
+        return False
+    packed = np.uint64(n_ids) << np.uint64(PACKED_COUNT_SHIFT)
+    for k in range(n_ids):
+        if out[ids_start + k] > PACKED_ID_MASK:
+            return False
+        packed |= np.uint64(out[ids_start + k]) << np.uint64(PACKED_ID_BITS * k)
+    table = cache.short_slots
+    if cache.used[SHORT_ADDED] * SHORT_ADDED_LIMIT_DIVISOR >= (table.shape[0] >> 1):
+        for k in range(table.shape[0]):
+            table[k] = tables.short_slots[k]
+        cache.used[SHORT_ADDED] = 0
+        _, slot = find_short_piece(table, key)
+    table[2 * slot] = key
+    table[2 * slot + 1] = packed
+    cache.used[SHORT_ADDED] += 1
+    return True
+
+
+@leaf
+def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, short_slot):
+    """Ids of a piece that is not a token: from the piece cache, else merged and cached.
+
+    A short piece (``short_slot >= 0``: its free slot in the thread's short table)
+    whose ids pack goes to the short table, anything else to the general cache.
+    """
     entry, slot = _cache_find(cache, buf, start, end, hash_span(buf, start, end))
     if entry != EMPTY:
         first = cache.ids_at[entry]
@@ -490,6 +549,8 @@ def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch):
             out[n_out + i] = cache.ids[first + i]
         return n_out + n_ids
     n_new = merge_piece(tables, buf, start, end, out, n_out, scratch)
+    if short_slot >= 0 and _add_short_piece(tables, cache, short_key(buf, start, end), short_slot, out, n_out, n_new):
+        return n_new
     _cache_store(cache, slot, buf, start, end, out, n_out, n_new)
     return n_new
 
@@ -498,7 +559,7 @@ def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch):
 def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end, cache, scratch):
     n_out = 0
     byte_rank = tables.byte_rank
-    short_slots = tables.short_slots
+    short_slots = cache.short_slots
     for r in range(run_start.shape[0]):
         if run_special[r] >= 0:
             out[n_out] = run_special[r]
@@ -508,18 +569,27 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
         start = run_start[r]
         for p in range(first_piece[r], first_piece[r + 1]):
             end = piece_end[p]
-            # the common cases first, with only the arrays they read (measured faster)
-            if end - start == 1:
-                rank = np.int64(byte_rank[buf[start]])
-            elif end - start <= SHORT_TOKEN_BYTES:
-                rank = find_short_token(short_slots, buf, start, end)
-            else:
-                rank = find_token(tables, buf, start, end)
-            if rank != EMPTY:
-                out[n_out] = rank
+            length = end - start
+            if length == 1:
+                out[n_out] = byte_rank[buf[start]]
                 n_out += 1
+            elif length <= SHORT_TOKEN_BYTES:
+                # one probe answers tokens and short pieces merged before
+                packed, slot = find_short_piece(short_slots, short_key(buf, start, end))
+                if packed != 0:
+                    for k in range(packed_count(packed)):
+                        out[n_out] = packed_id(packed, k)
+                        n_out += 1
+                else:
+                    n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, slot)
             else:
-                n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch)
+                rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
+                                 hash_span(buf, start, end))
+                if rank != EMPTY:
+                    out[n_out] = rank
+                    n_out += 1
+                else:
+                    n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, -1)
             start = end
         run_out_end[r] = n_out
     return n_out

@@ -332,7 +332,7 @@ class Tokenizer:
         """This thread's piece cache (kernels write to it, so threads never share one)."""
         cache = getattr(self._thread_state, "piece_cache", None)
         if cache is None:
-            cache = self._thread_state.piece_cache = bpe.new_piece_cache()
+            cache = self._thread_state.piece_cache = bpe.new_piece_cache(self._bpe)
         return cache
 
     def profile_segments(self, segments, tiktoken_safe: bool = True, n_jobs: int = 1) -> dict[str, float]:

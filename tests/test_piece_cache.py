@@ -12,7 +12,7 @@ from tests.parity import assert_parity
 def _tokenizer_with_tiny_cache(entries: int, key_bytes: int, ids: int) -> kimi_tok.Tokenizer:
     vocabulary, specials = kimi_tok.embedded_kimi_k3()
     tok = kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, n_jobs=1, segment_cache_bytes=0)
-    tok._thread_state.piece_cache = bpe.new_piece_cache(entries=entries, key_bytes=key_bytes, ids=ids)
+    tok._thread_state.piece_cache = bpe.new_piece_cache(tok._bpe, entries=entries, key_bytes=key_bytes, ids=ids)
     return tok
 
 
