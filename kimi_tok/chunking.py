@@ -35,25 +35,45 @@ def _total_bytes(starts, ends):
 
 
 @leaf
+def _count_chars(buf, start, end):
+    """Code points that start in ``buf[start:end]`` (a branch-free loop numba vectorizes)."""
+    n = 0
+    for i in range(start, end):
+        n += (buf[i] & CONTINUATION_MASK) != CONTINUATION_BITS
+    return n
+
+
+@leaf
+def _chunk_end(buf, start, end):
+    """Byte offset of the ``MAX_CHUNK_CHARS + 1``-th code point from ``start``, or ``end``.
+
+    A code point takes at least one byte, so the next ``need`` bytes hold at
+    most ``need`` of the code points still wanted: count them and jump.
+    """
+    pos = start
+    need = MAX_CHUNK_CHARS
+    while need > 0:
+        step = min(need, end - pos)
+        if step == 0:
+            return end
+        need -= _count_chars(buf, pos, pos + step)
+        pos += step
+    while pos < end and (buf[pos] & CONTINUATION_MASK) == CONTINUATION_BITS:
+        pos += 1
+    return pos
+
+
+@leaf
 def _cut_chunks(buf, seg_start, seg_end, needs_cuts, chunk_start, chunk_end, chunk_segment):
     n = 0
     for s in range(seg_start.shape[0]):
         start = seg_start[s]
         end = seg_end[s]
-        if start == end:
-            continue
-        if needs_cuts[s]:
-            chars = 0
-            for i in range(start, end):
-                if (buf[i] & CONTINUATION_MASK) != CONTINUATION_BITS:
-                    if chars == MAX_CHUNK_CHARS:
-                        chunk_start[n], chunk_end[n], chunk_segment[n] = start, i, s
-                        n += 1
-                        start = i
-                        chars = 0
-                    chars += 1
-        chunk_start[n], chunk_end[n], chunk_segment[n] = start, end, s
-        n += 1
+        while start < end:
+            stop = _chunk_end(buf, start, end) if needs_cuts[s] else end
+            chunk_start[n], chunk_end[n], chunk_segment[n] = start, stop, s
+            n += 1
+            start = stop
     return n
 
 
