@@ -92,12 +92,31 @@ def cut_chunks(buf, seg_start, seg_end, needs_cuts):
 
 
 @leaf
-def _cut_runs(buf, start, end, c, flags, sub_start, sub_end, sub_chunk, n):
-    """Append the sub-strings of chunk ``c`` (``buf[start:end]``) cut at long runs; returns ``n``."""
-    i = start
-    run_length = 0
-    run_is_space = (flags[code_point_at(buf, i)] & PY_SPACE) != 0
-    while i < end:
+def _is_space(buf, i, flags):
+    return (flags[code_point_at(buf, i)] & PY_SPACE) != 0
+
+
+@leaf
+def _previous_char(buf, i):
+    """Start of the code point that ends just before byte ``i``."""
+    i -= 1
+    while (buf[i] & CONTINUATION_MASK) == CONTINUATION_BITS:
+        i -= 1
+    return i
+
+
+@leaf
+def _char_boundary_at_or_after(buf, i, end):
+    while i < end and (buf[i] & CONTINUATION_MASK) == CONTINUATION_BITS:
+        i += 1
+    return i
+
+
+@leaf
+def _walk_runs(buf, i, stop, c, flags, start, run_length, run_is_space, sub_start, sub_end, sub_chunk, n):
+    """Character by character over ``buf[i:stop]``: the exact rule, cutting where a run
+    would exceed ``MAX_RUN_CHARS``. Returns the new ``(start, run_length, run_is_space, n)``."""
+    while i < stop:
         lead = buf[i]
         if lead < ASCII_END:
             is_space = (flags[lead] & PY_SPACE) != 0
@@ -116,6 +135,64 @@ def _cut_runs(buf, start, end, c, flags, sub_start, sub_end, sub_chunk, n):
                 start = i
                 run_length = 1
         i += width
+    return start, run_length, run_is_space, n
+
+
+@leaf
+def _skip_window(buf, i, stop, flags, run_length, run_is_space):
+    """Try to cross ``buf[i:stop]`` (fewer than ``MAX_RUN_CHARS`` bytes) without walking it.
+
+    If the window changes kind at least once and the run carried into it ends
+    before reaching ``MAX_RUN_CHARS``, no cut can fall inside it: every later
+    run in it is shorter than the window. Then only the run that reaches
+    ``stop`` matters, found by walking back from ``stop``. Returns
+    ``(crossed, run_length, run_is_space)``.
+    """
+    j = i
+    carried = run_length
+    while j < stop and _is_space(buf, j, flags) == run_is_space:
+        carried += 1
+        if carried > MAX_RUN_CHARS:
+            return False, run_length, run_is_space
+        j += sequence_length(buf[j])
+    if j == stop:
+        return False, run_length, run_is_space
+    last_kind = _is_space(buf, _previous_char(buf, stop), flags)
+    q = stop
+    trailing = 0
+    while q > j:
+        p = _previous_char(buf, q)
+        if _is_space(buf, p, flags) != last_kind:
+            break
+        trailing += 1
+        q = p
+    return True, trailing, last_kind
+
+
+SKIP_WINDOW_BYTES = 4096  # well below MAX_RUN_CHARS, so no run fits inside one window
+
+
+@leaf
+def _cut_runs(buf, start, end, c, flags, sub_start, sub_end, sub_chunk, n):
+    """Append the sub-strings of chunk ``c`` (``buf[start:end]``) cut at long runs; returns ``n``.
+
+    Ordinary text changes kind every few characters, so windows are crossed by
+    ``_skip_window`` without looking at most of their bytes; a window it cannot
+    cross (a long run, a possible cut) is walked exactly.
+    """
+    i = start
+    run_length = 0
+    run_is_space = _is_space(buf, i, flags)
+    while i < end:
+        stop = _char_boundary_at_or_after(buf, min(i + SKIP_WINDOW_BYTES, end), end)
+        crossed, new_length, new_kind = _skip_window(buf, i, stop, flags, run_length, run_is_space)
+        if crossed:
+            run_length, run_is_space = new_length, new_kind
+        else:
+            start, run_length, run_is_space, n = _walk_runs(
+                buf, i, stop, c, flags, start, run_length, run_is_space, sub_start, sub_end, sub_chunk, n
+            )
+        i = stop
     sub_start[n], sub_end[n], sub_chunk[n] = start, end, c
     return n + 1
 

@@ -1,0 +1,51 @@
+"""The compiled tiktoken-safe cuts equal the readable spec (``_educational.safe_substrings``).
+
+The compiled kernel crosses ordinary text in windows without walking every byte
+(``chunking._skip_window``), so runs are placed around the window size and the
+25,000-character limit on purpose.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from kimi_tok._educational import safe_substrings as spec_substrings
+from kimi_tok.chunking import SKIP_WINDOW_BYTES, safe_substrings
+from kimi_tok.unicode_classes import code_point_flags
+
+ALPHABET = ["a", "b", " ", "\n", "\x1c", "\xa0", "中", "é", "\U0001F600", "\u3000", "1"]
+RUN_LENGTHS = [1, 2, 3, 100, SKIP_WINDOW_BYTES - 1, SKIP_WINDOW_BYTES, SKIP_WINDOW_BYTES + 1,
+               2 * SKIP_WINDOW_BYTES - 1, 24_998, 24_999, 25_000, 25_001, 25_002, 30_000]
+
+
+def compiled_substrings(text: str) -> list[str]:
+    raw = text.encode("utf-8")
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    bounds = np.array([0, len(raw)], dtype=np.int64)
+    starts, ends, _ = safe_substrings(buf, bounds[:1], bounds[1:], np.ones(1, dtype=np.bool_), code_point_flags())
+    return [raw[s:e].decode("utf-8") for s, e in zip(starts.tolist(), ends.tolist())]
+
+
+def random_text(rng: random.Random) -> str:
+    parts = []
+    for _ in range(rng.randint(1, 12)):
+        parts.append(rng.choice(ALPHABET) * rng.choice(RUN_LENGTHS))
+        if rng.random() < 0.3:
+            parts.append("".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 50))))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_cuts_equal_the_spec(seed):
+    rng = random.Random(seed)
+    for _ in range(50):
+        text = random_text(rng)
+        assert compiled_substrings(text) == spec_substrings(text)
+
+
+def test_400k_chunks_with_multibyte_characters_equal_the_spec():
+    text = "é" * 399_999 + "\U0001F600" + "ab " * 150_000 + "中" * 30_000
+    assert compiled_substrings(text) == spec_substrings(text)
