@@ -44,6 +44,22 @@ print({{"import_s": t1 - t0, "load_s": t2 - t1, "first_encode_s": t3 - t2,
 """
 
 
+ENCODE_MEMORY = """
+import resource, psutil, kimi_tok
+from kimi_tok.samples import sample_prompt
+tok = kimi_tok.kimi_k3(segment_cache_bytes=0)
+tok.encode_segments([("warm up", False)])
+segments = sample_prompt(4_000_000, seed=1)
+text_mb = sum(len(t) for t, _ in segments) / 2**20
+rss_before = psutil.Process().memory_info().rss
+peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+ids = tok.encode_segments(segments).into_numpy()["ids"]
+peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print({"tokens": len(ids), "ids_mb": ids.nbytes / 2**20, "rss_before_mb": rss_before / 2**20,
+       "peak_growth_mb": (peak_after - max(peak_before, rss_before)) / 2**20, "prompt_chars_mb": text_mb})
+"""
+
+
 def run(code: str, env_extra: dict | None = None) -> dict:
     import os
 
@@ -66,6 +82,10 @@ def main() -> None:
     for name, r in results.items():
         print(f"{name:30} {r['import_s']:9.3f} {r['load_s']:8.3f} {r['first_encode_s']:10.3f} "
               f"{r['rss_after_load_mb']:8.0f} {r['rss_added_by_load_mb']:8.0f}")
+    memory = run(ENCODE_MEMORY)
+    print(f"one encode of {memory['tokens']:,} tokens ({memory['prompt_chars_mb']:.1f} M chars) in a fresh "
+          f"process: peak RSS +{memory['peak_growth_mb']:.0f} MB (the ids themselves: {memory['ids_mb']:.1f} MB)")
+    results["encode_memory"] = memory
     print(json.dumps(results))
 
 
