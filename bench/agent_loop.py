@@ -59,6 +59,7 @@ from bench.bench import (  # noqa: E402
     format_text_table,
     load_basetenkenizer,
     load_tiktoken,
+    save_plot,
     rss_bytes,
 )
 from kimi_tok.samples import render_chat, sample_prompt, sample_text  # noqa: E402
@@ -334,13 +335,7 @@ def plot(results: list[TurnResult], names: Sequence[str], path: Path) -> None:
     ax.set_xlabel(f"turn (prompt grows to {results[-1].tokens:,} tokens)")
     ax.set_ylabel("encode latency per turn (ms, log)")
     ax.set_title("Agent loop: re-encoding the whole prompt every turn")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"plot saved to {path}")
+    save_plot(fig, ax, path)
 
 
 # --------------------------------------------------------------------------------------------

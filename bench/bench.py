@@ -308,6 +308,13 @@ def plot_speedups(results: list[SizeResult], names: Sequence[str], path: Path) -
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel("kimi_tok speedup (x, median time ratio)")
     ax.set_title("kimi_tok speedup on rendered Kimi K3 prompts")
+    save_plot(fig, ax, path)
+
+
+def save_plot(fig, ax, path: Path) -> None:
+    """Grid, legend, tight layout; write ``path`` (creating its folder) and close the figure."""
+    import matplotlib.pyplot as plt
+
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
