@@ -14,13 +14,13 @@ from pathlib import Path
 from .core import Encoding, Tokenizer
 from .load import embedded_kimi_k3, read_model, read_special_tokens_json, vocabulary_from_ranks
 from .pretokenize import KIMI_PATTERN
-from .segment_cache import DEFAULT_BUDGET_BYTES
+from .parallel import check_n_jobs
+from .segment_cache import DEFAULT_BUDGET_BYTES, check_segment_cache_bytes
 
 __all__ = ["Encoding", "Tokenizer", "kimi_k3", "load", "from_tiktoken", "KIMI_PATTERN"]
 __version__ = "0.1.0"
 
 
-@lru_cache(maxsize=8)
 def kimi_k3(n_jobs: int | None = None, segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES) -> Tokenizer:
     """The Kimi K3 tokenizer from the vocabulary shipped in the package (sha256-checked).
 
@@ -29,9 +29,22 @@ def kimi_k3(n_jobs: int | None = None, segment_cache_bytes: int | None = DEFAULT
     (0 turns it off). The result is cached per arguments: later calls return the
     same (thread-safe) Tokenizer.
     """
+    # checked before the cache: an unhashable argument gets this message, not lru_cache's, and
+    # n_jobs=True or 2.0 cannot hit the entry of n_jobs=1 or 2 (equal hashes)
+    if n_jobs is not None:
+        check_n_jobs(n_jobs)
+    check_segment_cache_bytes(segment_cache_bytes)
+    return _kimi_k3(n_jobs, segment_cache_bytes)
+
+
+@lru_cache(maxsize=8)
+def _kimi_k3(n_jobs: int | None, segment_cache_bytes: int | None) -> Tokenizer:
     vocabulary, specials = embedded_kimi_k3()
     return Tokenizer(vocabulary, specials, KIMI_PATTERN, name="kimi_k3", n_jobs=n_jobs,
                      segment_cache_bytes=segment_cache_bytes)
+
+
+kimi_k3.cache_clear = _kimi_k3.cache_clear  # type: ignore[attr-defined]
 
 
 def load(

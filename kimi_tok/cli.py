@@ -171,7 +171,10 @@ def _json_lines(values: list[Any]) -> bytes:
 def _tokenizer():
     import kimi_tok
 
-    return kimi_tok.kimi_k3()
+    try:
+        return kimi_tok.kimi_k3()
+    except ValueError as e:  # e.g. KIMI_TOK_N_JOBS=abc
+        raise UserError(str(e)) from None
 
 
 def _encode_all(args) -> list[np.ndarray]:

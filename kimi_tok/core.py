@@ -27,12 +27,13 @@ from .chunking import cut_chunks, cut_substrings
 from .load import Vocabulary
 from .parallel import check_n_jobs, split_spans, thread_pool
 from .pretokenize import KIMI_PATTERN, pretokenizer_for
-from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache
+from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache, check_segment_cache_bytes
 from .segments import PackedSegments, pack_segments, validate_segments
 from .specials import build_special_table, split_specials
 from .unicode_classes import code_point_flags
 
 ID_DTYPE = np.uint32
+MAX_TOKEN_ID = 1 << 24  # far above any BPE vocabulary; keeps the dense decoder tables small
 
 
 class Encoding:
@@ -144,13 +145,21 @@ class Tokenizer:
         segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES,
     ) -> None:
         self.n_jobs = check_n_jobs(n_jobs)
+        check_segment_cache_bytes(segment_cache_bytes)
         self.segment_cache = SegmentCache(segment_cache_bytes) if segment_cache_bytes else None
         self._thread_state = threading.local()
         special_tokens = dict(special_tokens or {})
         n_ranks = vocabulary.token_offsets.shape[0] - 1
         for text, id_ in special_tokens.items():
-            if not isinstance(text, str) or not isinstance(id_, int) or id_ < 0:
+            if not isinstance(text, str):
+                raise ValueError(f"special token {text!r}: the text must be a str, not {type(text).__name__}")
+            if isinstance(id_, bool) or not isinstance(id_, int) or id_ < 0:
                 raise ValueError(f"special token {text!r}: id must be a non-negative int, got {id_!r}")
+            if id_ >= MAX_TOKEN_ID:
+                raise ValueError(
+                    f"special token {text!r}: id {id_} is too large (ids must be below {MAX_TOKEN_ID:,}: "
+                    "the decoder tables are dense)"
+                )
             if id_ < n_ranks:
                 raise ValueError(f"special token {text!r}: id {id_} collides with a mergeable rank")
         if len(set(special_tokens.values())) != len(special_tokens):
@@ -337,6 +346,7 @@ class Tokenizer:
 
     def profile_segments(self, segments, tiktoken_safe: bool = True, n_jobs: int = 1) -> dict[str, float]:
         """Seconds spent per pipeline stage for one ``encode_segments`` call (one thread by default)."""
+        self._check_flags(False, tiktoken_safe)
         timings: dict[str, float] = {}
         start = time.perf_counter()
         packed = pack_segments(segments, tiktoken_safe, self._flags)
@@ -347,22 +357,34 @@ class Tokenizer:
     # -- decoding and vocabulary ---------------------------------------------
 
     def _check_ids(self, ids) -> np.ndarray:
-        if isinstance(ids, (str, bytes)) or ids is None:
+        if isinstance(ids, (str, bytes, bytearray, memoryview)) or ids is None:
             raise TypeError(f"ids must be a sequence of ints or an integer array, not {type(ids).__name__}")
-        array = np.asarray(ids)
+        try:
+            array = np.asarray(ids)
+        except (TypeError, ValueError):  # e.g. a ragged nested list
+            raise TypeError(f"ids must be a 1-D sequence of ints, not a nested {type(ids).__name__}") from None
+        if array.ndim != 1:
+            raise TypeError(f"ids must be a 1-D sequence of ints, got shape {array.shape}")
         if array.size == 0:
             return np.zeros(0, dtype=np.int64)
-        if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_):
-            raise TypeError(f"ids must be a 1-D sequence of ints, got dtype {array.dtype} shape {array.shape}")
-        if array.dtype == np.bool_:
-            raise TypeError("ids must be ints, not bools")
-        array = array.astype(np.int64, copy=False)
-        bad = (array < 0) | (array >= self.n_vocab)
+        if array.dtype.kind not in "iu":  # floats, bools, objects, strings, timedelta64 ...
+            if isinstance(ids, np.ndarray):
+                raise TypeError(f"ids must be ints, got an array of dtype {array.dtype}")
+            for i, value in enumerate(ids):  # a Python sequence: name the first item that is wrong
+                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                    raise TypeError(f"ids[{i}] = {value!r} is a {type(value).__name__}, not an int")
+                if not 0 <= value < self.n_vocab:
+                    raise ValueError(f"ids[{i}] = {value} is not a token id of this vocabulary")
+            array = np.array([int(value) for value in ids], dtype=np.int64)  # e.g. uint64 and int64 items
+        bad = array >= self.n_vocab  # compared in the array's own dtype: no wrap-around of uint64
+        if array.dtype.kind == "i":
+            bad |= array < 0
         if not bad.any():
+            array = array.astype(np.int64, copy=False)
             bad = ~self._is_valid[array]
         if bad.any():
             where = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"ids[{where}] = {int(array[where])} is not a token id of this vocabulary")
+            raise ValueError(f"ids[{where}] = {array[where]} is not a token id of this vocabulary")
         return array
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
@@ -379,6 +401,8 @@ class Tokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         """Id of a special token's text, or of a token in the byte-level form ``id_to_token`` gives."""
+        if not isinstance(token, str):
+            raise TypeError(f"token must be a str, not {type(token).__name__}")
         if token in self._special_tokens:
             return self._special_tokens[token]
         try:
@@ -393,7 +417,9 @@ class Tokenizer:
 
     def id_to_token(self, id: int) -> str | None:
         """A special token's text, or a token's bytes in GPT-2's byte-level alphabet (as HF shows them)."""
-        if isinstance(id, bool) or not isinstance(id, (int, np.integer)) or not 0 <= id < self.n_vocab:
+        if not isinstance(id, (int, np.integer)):
+            raise TypeError(f"id must be an int, not {type(id).__name__}")
+        if isinstance(id, bool) or not 0 <= id < self.n_vocab:
             return None
         if not self._is_valid[id]:
             return None

@@ -226,10 +226,13 @@ def read_tokenizer_config(path: Path) -> dict[str, int]:
         raise ValueError(f"{path}: no 'added_tokens_decoder' object")
     specials: dict[str, int] = {}
     for key, entry in decoder.items():
-        if not (isinstance(key, str) and key.isdigit()) or not isinstance(entry, dict) or not isinstance(
-            entry.get("content"), str
-        ):
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()) or not isinstance(
+            entry, dict
+        ) or not isinstance(entry.get("content"), str):
             raise ValueError(f"{path}: added_tokens_decoder entry {key!r} is not {{id: {{'content': str}}}}")
+        if entry["content"] in specials:  # one text, two ids: one id would be lost
+            raise ValueError(f"{path}: added_tokens_decoder ids {specials[entry['content']]} and {key} "
+                             f"have the same content {entry['content']!r}")
         specials[entry["content"]] = int(key)
     return specials
 

@@ -26,6 +26,12 @@ ENTRY_OVERHEAD_BYTES = 200  # dict slot, key tuple, array header
 Key = tuple[str, bool, bool]
 
 
+def check_segment_cache_bytes(value) -> None:
+    """``segment_cache_bytes`` is None or a non-negative int (0 and None: no cache)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"segment_cache_bytes must be a non-negative int or None, not {value!r}")
+
+
 class SegmentCache:
     """``(text, allow_special, tiktoken_safe) -> uint32 ids``, LRU within ``budget_bytes``.
 
@@ -39,8 +45,7 @@ class SegmentCache:
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
             raise ValueError(f"budget_bytes must be a non-negative int, not {budget_bytes!r}")
         self.budget_bytes = budget_bytes
-        self._entries: OrderedDict[Key, np.ndarray] = OrderedDict()
-        self._sizes: dict[Key, int] = {}
+        self._entries: OrderedDict[Key, tuple[np.ndarray, int]] = OrderedDict()  # key -> (ids, bytes)
         self._used = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -63,13 +68,13 @@ class SegmentCache:
 
     def get(self, key: Key) -> np.ndarray | None:
         with self._lock:
-            ids = self._entries.get(key)
-            if ids is None:
+            entry = self._entries.get(key)
+            if entry is None:
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
-            return ids
+            return entry[0]
 
     def put(self, key: Key, ids: np.ndarray) -> None:
         """Store a private read-only copy of ``ids``; entries larger than the budget are not kept."""
@@ -81,15 +86,13 @@ class SegmentCache:
         with self._lock:
             if key in self._entries:
                 return
-            self._entries[key] = stored
-            self._sizes[key] = size
+            self._entries[key] = (stored, size)  # one write: an interrupt cannot split an entry
             self._used += size
-            while self._used > self.budget_bytes:
-                old, _ = self._entries.popitem(last=False)
-                self._used -= self._sizes.pop(old)
+            while self._used > self.budget_bytes and self._entries:
+                _, (_, old_size) = self._entries.popitem(last=False)
+                self._used -= old_size
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self._sizes.clear()
             self._used = 0
