@@ -268,7 +268,8 @@ class Tokenizer:
                     missing.append(i)
         todo = segments if len(missing) == len(segments) else [segments[i] for i in missing]
         new_ids, bounds = self._encode_packed(
-            pack_segments(todo, tiktoken_safe, self._flags, validated=True), self.n_jobs
+            pack_segments(todo, tiktoken_safe, self._flags, validated=True), self.n_jobs,
+            with_bounds=cache is not None,
         )
         if cache is not None:
             for j, i in enumerate(missing):
@@ -287,10 +288,12 @@ class Tokenizer:
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
 
-    def _encode_packed(self, packed: PackedSegments, n_jobs: int, timings: dict | None = None):
+    def _encode_packed(self, packed: PackedSegments, n_jobs: int, timings: dict | None = None,
+                       with_bounds: bool = True):
         """Run the compiled stages; returns ``(ids, segment_bounds)``.
 
-        ``ids[segment_bounds[i]:segment_bounds[i + 1]]`` are the ids of the caller's segment ``i``.
+        ``ids[segment_bounds[i]:segment_bounds[i + 1]]`` are the ids of the caller's segment ``i``
+        (``segment_bounds`` is None unless ``with_bounds``).
         Chunks (at most 400,000 characters each) are independent, so long inputs
         hand contiguous groups of chunks to threads and concatenate the ids.
         """
@@ -310,7 +313,7 @@ class Tokenizer:
             run_start = np.concatenate([p[1] for p in parts])
             run_out_end = np.concatenate([p[2] + shift for p, shift in zip(parts, shifts)])
             clock.lap("assembly")
-        return ids, _segment_bounds(packed, run_start, run_out_end)
+        return ids, (_segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
 
     def _encode_chunks(self, packed: PackedSegments, chunk_start, chunk_end, chunk_segment, clock=None):
         """All stages after chunking for some chunks: ``(ids, run_start, run_out_end)``."""

@@ -73,7 +73,10 @@ def validate_segments(segments: Sequence) -> list[tuple[str, bool]]:
             "segments must be a list or tuple of (text, allow_special) pairs, not "
             + type(segments).__name__
         )
-    return [_segment(seg, index) for index, seg in enumerate(segments)]
+    for seg in segments:  # the common case, checked without a call per segment
+        if type(seg) is not tuple or len(seg) != 2 or type(seg[0]) is not str or type(seg[1]) is not bool:
+            return [_segment(seg, index) for index, seg in enumerate(segments)]
+    return segments if isinstance(segments, list) else list(segments)
 
 
 def pack_segments(

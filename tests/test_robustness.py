@@ -556,7 +556,7 @@ import numpy as np
 import kimi_tok
 
 tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=0)
-tok.encode_segments([("warm up " * 100_000, False)])  # starts the pool's threads
+tok.encode_segments([("warm up " * 300_000, False)])  # > 2 x MIN_BYTES_PER_JOB: starts the pool's threads
 threads_before = threading.active_count()
 rng = np.random.default_rng(1)
 text = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)[rng.integers(0, 26, 40_000_000)]
