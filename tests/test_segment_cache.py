@@ -396,3 +396,19 @@ def test_count_tokens_bad_input_names_the_segment(which, cached, plain):
         tok.count_tokens("text", tiktoken_safe="yes")
     if tok.segment_cache is not None:  # a failed call stored nothing
         assert len(tok.segment_cache) == 0
+
+
+def test_texts_sharing_a_fingerprint_never_share_ids(ref):
+    """Same length, same start/middle/end samples, different elsewhere: each gets its own ids."""
+    from kimi_tok.segment_cache import fingerprint
+
+    tok = kimi_tok.kimi_k3(segment_cache_bytes=1 << 20)
+    tok.segment_cache.clear()
+    base = "alpha beta gamma delta " * 40
+    first = base[:100] + "X" * 50 + base[150:]
+    second = base[:100] + "Y" * 50 + base[150:]
+    assert fingerprint((first, False, True)) == fingerprint((second, False, True))
+    for text in (first, second, first, second):
+        segments = [(text, False)]
+        assert tok.encode_segments(segments).ids == ref.encode_segments(segments)
+        assert tok.count_tokens(segments) == len(ref.encode_segments(segments))
