@@ -11,7 +11,7 @@ the first round of byte pairs, a pair -> merged-token table for later rounds
 and a byte-span hash table for whole-piece look-ups. Pieces of up to
 ``SMALL_PIECE_BYTES`` merge in a fixed scratch buffer with a linear min-rank scan;
 longer ones use a heap over a linked list of parts (O(n log n), so a 25,000
-letter run stays fast). A bounded piece cache per thread, kept across calls,
+letter run stays fast). Piece caches kept across calls (lent to one call at a time)
 makes a repeated word merge once.
 """
 
@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -406,7 +409,7 @@ def merge_piece(tables, buf, start, end, out, n_out, scratch):
 
 
 class PieceCache(NamedTuple):
-    """Merged pieces (piece bytes -> ids) kept across calls, one cache per thread.
+    """Merged pieces (piece bytes -> ids) kept across calls; one call at a time uses one.
 
     Short pieces whose ids pack in a uint64 are added to the thread's copy of the
     short-token table, so one probe answers both "is it a token" and "was it
@@ -447,6 +450,39 @@ def new_piece_cache(tables: BpeTables, entries: int = PIECE_CACHE_ENTRIES,
         np.zeros(4, dtype=np.int64),
         tables.short_slots.copy(),
     )
+
+
+class PieceCachePool:
+    """Piece caches lent to one call at a time (kernels write to them, so no two calls share one).
+
+    A call borrows a free cache, or a new one when none is free; on return at most
+    ``keep`` caches are kept, so memory stays bounded however many threads call,
+    and a cache warmed by one thread serves the next call on any thread.
+    """
+
+    def __init__(self, make: Callable[[], PieceCache], keep: int) -> None:
+        self._make = make
+        self._keep = keep
+        self._free: list[PieceCache] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def borrow(self):
+        with self._lock:
+            cache = self._free.pop() if self._free else None
+        if cache is None:
+            cache = self._make()
+        try:
+            yield cache
+        finally:
+            with self._lock:
+                if len(self._free) < self._keep:
+                    self._free.append(cache)
+
+    def kept(self) -> list[PieceCache]:
+        """The caches kept between calls (for tests and inspection)."""
+        with self._lock:
+            return list(self._free)
 
 
 @leaf

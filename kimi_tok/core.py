@@ -14,7 +14,7 @@ Every compiled stage runs without the GIL, so threads can share a Tokenizer.
 
 from __future__ import annotations
 
-import threading
+import os
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -33,6 +33,7 @@ from .specials import build_special_table, split_specials
 from .unicode_classes import code_point_flags
 
 ID_DTYPE = np.uint32
+MIN_KEPT_PIECE_CACHES = 4  # piece caches kept between calls: at least this many, else one per core
 MAX_TOKEN_ID = 1 << 24  # far above any BPE vocabulary; keeps the dense decoder tables small
 
 
@@ -147,7 +148,9 @@ class Tokenizer:
         self.n_jobs = check_n_jobs(n_jobs)
         check_segment_cache_bytes(segment_cache_bytes)
         self.segment_cache = SegmentCache(segment_cache_bytes) if segment_cache_bytes else None
-        self._thread_state = threading.local()
+        self._piece_caches = bpe.PieceCachePool(
+            lambda: bpe.new_piece_cache(self._bpe), keep=max(MIN_KEPT_PIECE_CACHES, os.cpu_count() or 1)
+        )
         special_tokens = dict(special_tokens or {})
         n_ranks = vocabulary.token_offsets.shape[0] - 1
         for text, id_ in special_tokens.items():
@@ -333,19 +336,13 @@ class Tokenizer:
         span = int(run_end[-1] - run_start[0]) if n_runs else 0
         out = np.empty(bpe.max_ids(span, n_runs), dtype=ID_DTYPE)
         run_out_end = np.empty(n_runs, dtype=np.int64)
-        n = bpe.encode_runs(self._bpe, buf, run_start, run_end, run_special, first_piece, piece_end, out,
-                            run_out_end, self._piece_cache())
+        with self._piece_caches.borrow() as cache:
+            n = bpe.encode_runs(self._bpe, buf, run_start, run_end, run_special, first_piece, piece_end, out,
+                                run_out_end, cache)
         clock.lap("bpe")
         out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
         clock.lap("assembly")
         return out, run_start, run_out_end
-
-    def _piece_cache(self) -> bpe.PieceCache:
-        """This thread's piece cache (kernels write to it, so threads never share one)."""
-        cache = getattr(self._thread_state, "piece_cache", None)
-        if cache is None:
-            cache = self._thread_state.piece_cache = bpe.new_piece_cache(self._bpe)
-        return cache
 
     def profile_segments(self, segments, tiktoken_safe: bool = True, n_jobs: int = 1) -> dict[str, float]:
         """Seconds spent per pipeline stage for one ``encode_segments`` call (one thread by default)."""

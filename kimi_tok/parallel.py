@@ -16,7 +16,7 @@ import numpy as np
 
 N_JOBS_ENV = "KIMI_TOK_N_JOBS"
 # Measured on 2 cores, fresh prompts (n_jobs 2 vs 1): 0.6M chars 1.16x, 1.0M 0.93x, 1.6M 1.06x, 2.4M 1.15x,
-# 4M 1.7x. Gains need several 400k chunks per thread, and every thread warms its own piece cache.
+# 4M 1.7x. Gains need several 400k chunks per thread, and each thread warms the piece cache it borrowed.
 MIN_BYTES_PER_JOB = 1 << 20
 GROUPS_PER_JOB = 4  # smaller groups even out text that costs more per byte (CJK, long runs)
 
