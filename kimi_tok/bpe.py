@@ -11,7 +11,7 @@ the first round of byte pairs, a pair -> merged-token table for later rounds
 and a byte-span hash table for whole-piece look-ups. Pieces of up to
 ``SMALL_PIECE_BYTES`` merge in a fixed scratch buffer with a linear min-rank scan;
 longer ones use a heap over a linked list of parts (O(n log n), so a 25,000
-letter run stays fast). Piece caches kept across calls (lent to one call at a time)
+letter run stays fast). A piece cache kept across calls (lent to one call at a time)
 makes a repeated word merge once.
 """
 
