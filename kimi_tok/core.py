@@ -25,8 +25,8 @@ from .jit import kernel
 from . import bpe
 from .chunking import cut_chunks, cut_substrings
 from .load import Vocabulary
-from .parallel import check_n_jobs, split_spans, thread_pool
-from .pretokenize import KIMI_PATTERN, pretokenizer_for
+from .parallel import MIN_BYTES_PER_JOB, UNIT_BYTES, check_n_jobs, split_spans, thread_pool
+from .pretokenize import KIMI_PATTERN, pretokenizer_for, split_at_safe_points
 from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache, check_segment_cache_bytes
 from .segments import PackedSegments, pack_segments, validate_segments
 from .specials import build_special_table, split_specials
@@ -175,6 +175,10 @@ class Tokenizer:
         self._bpe = bpe.cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)
         self._specials = build_special_table(special_tokens or {"\uffff\uffff never-special": 1 << 40})
         self._pretokenizer = pretokenizer_for(pattern)
+        # long sub-strings may be split after newlines only where that provably changes no piece
+        self._splits_after_newline = self._pretokenizer.splits_after_newline and not any(
+            "\n" in text for text in special_tokens
+        )
         self._build_decoder(n_ranks)
 
     def _build_decoder(self, n_ranks: int) -> None:
@@ -296,21 +300,32 @@ class Tokenizer:
         """Run the compiled stages; returns ``(ids, segment_bounds)``.
 
         ``ids[segment_bounds[i]:segment_bounds[i + 1]]`` are the ids of the caller's segment ``i``
-        (``segment_bounds`` is None unless ``with_bounds``).
-        Chunks (at most 400,000 characters each) are independent, so long inputs
-        hand contiguous groups of chunks to threads and concatenate the ids.
+        (``segment_bounds`` is None unless ``with_bounds``). After the tiktoken-safe cuts the
+        sub-strings are independent (and long ones split where the pattern always cuts), so
+        long inputs hand contiguous groups of them to threads and concatenate the ids.
         """
         clock = _StageClock(timings)
-        chunks = cut_chunks(packed.buf, packed.seg_start, packed.seg_end, packed.needs_cuts)
+        buf = packed.buf
+        chunk_start, chunk_end, chunk_segment = cut_chunks(buf, packed.seg_start, packed.seg_end, packed.needs_cuts)
         clock.lap("chunking")
-        groups = split_spans(chunks[0], chunks[1], n_jobs)
+        sub_start, sub_end, sub_chunk = cut_substrings(
+            buf, chunk_start, chunk_end, packed.needs_cuts[chunk_segment], self._flags
+        )
+        sub_allow = packed.allow_special[chunk_segment[sub_chunk]]
+        clock.lap("run cuts")
+        if n_jobs > 1 and self._splits_after_newline and buf.shape[0] >= MIN_BYTES_PER_JOB:
+            sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow, UNIT_BYTES)
+        groups = split_spans(sub_start, sub_end, n_jobs)
         if len(groups) == 1:
-            ids, run_start, run_out_end = self._encode_chunks(packed, *chunks, clock)
+            ids, run_start, run_out_end = self._encode_substrings(buf, sub_start, sub_end, sub_allow, clock)
         else:
             parts = list(thread_pool(n_jobs).map(
-                lambda g: self._encode_chunks(packed, *(c[g[0]:g[1]] for c in chunks)), groups
+                lambda g: self._encode_substrings(
+                    buf, sub_start[g[0]:g[1]], sub_end[g[0]:g[1]], sub_allow[g[0]:g[1]]
+                ),
+                groups,
             ))
-            clock.lap("cuts+specials+pretokenize+bpe (threads)")
+            clock.lap("specials+pretokenize+bpe (threads)")
             shifts = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
             ids = np.concatenate([p[0] for p in parts])
             run_start = np.concatenate([p[1] for p in parts])
@@ -318,17 +333,10 @@ class Tokenizer:
             clock.lap("assembly")
         return ids, (_segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
 
-    def _encode_chunks(self, packed: PackedSegments, chunk_start, chunk_end, chunk_segment, clock=None):
-        """All stages after chunking for some chunks: ``(ids, run_start, run_out_end)``."""
+    def _encode_substrings(self, buf, sub_start, sub_end, sub_allow, clock=None):
+        """Special split, pre-tokenization and BPE of some sub-strings: ``(ids, run_start, run_out_end)``."""
         clock = clock or _StageClock(None)
-        buf = packed.buf
-        sub_start, sub_end, sub_chunk = cut_substrings(
-            buf, chunk_start, chunk_end, packed.needs_cuts[chunk_segment], self._flags
-        )
-        clock.lap("run cuts")
-        run_start, run_end, run_special = split_specials(
-            buf, sub_start, sub_end, packed.allow_special[chunk_segment[sub_chunk]], self._specials
-        )
+        run_start, run_end, run_special = split_specials(buf, sub_start, sub_end, sub_allow, self._specials)
         clock.lap("specials")
         first_piece, piece_end = self._pretokenizer.scan(buf, run_start, run_end, run_special)
         clock.lap("pretokenize")

@@ -65,6 +65,7 @@ ASCII_CASE_BIT = 0x20  # 'A' | 0x20 == 'a'
 LONG_S_LEAD, LONG_S_TRAIL = 0xC5, 0xBF  # U+017F (long s) folds to 's' under (?i)
 LOWER_S, LOWER_T, LOWER_M, LOWER_D = ord("s"), ord("t"), ord("m"), ord("d")
 LOWER_R, LOWER_V, LOWER_E, LOWER_L = ord("r"), ord("v"), ord("e"), ord("l")
+LOWER_A, LOWER_Z = ord("a"), ord("z")
 MAX_DIGITS = 3
 
 
@@ -296,10 +297,66 @@ def scan_runs(buf, run_start, run_end, run_special, table):
     return first_piece, piece_end[:n_pieces]
 
 
+@leaf
+def _is_ascii_letter(byte):
+    return (byte | ASCII_CASE_BIT) >= LOWER_A and (byte | ASCII_CASE_BIT) <= LOWER_Z
+
+
+@leaf
+def _safe_point_at_or_after(buf, i, end):
+    """First ``p`` in ``[i, end)`` just after a newline and before an ASCII letter, or ``end``."""
+    for p in range(max(i, 1), end):
+        if buf[p - 1] == LF and _is_ascii_letter(buf[p]):
+            return p
+    return end
+
+
+@leaf
+def _split_all(buf, sub_start, sub_end, sub_allow, unit_bytes, unit_start, unit_end, unit_allow):
+    n = 0
+    for k in range(sub_start.shape[0]):
+        start = sub_start[k]
+        end = sub_end[k]
+        while end - start > unit_bytes:
+            p = _safe_point_at_or_after(buf, start + unit_bytes, end)
+            if p == end:
+                break
+            unit_start[n], unit_end[n], unit_allow[n] = start, p, sub_allow[k]
+            n += 1
+            start = p
+        unit_start[n], unit_end[n], unit_allow[n] = start, end, sub_allow[k]
+        n += 1
+    return n
+
+
+@kernel
+def split_at_safe_points(buf, sub_start, sub_end, sub_allow, unit_bytes):
+    """Cut sub-strings into units of about ``unit_bytes`` where the Kimi pattern always cuts.
+
+    Just after a newline and before an ASCII letter every piece ends: the piece
+    holding the newline ends there (``\\s*[\\r\\n]+`` ends at the last newline of
+    a whitespace run, `` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` at the last newline after
+    symbols, and no other alternative matches a newline), and a newline cannot
+    prefix the letter's piece. So encoding the units one by one gives the same
+    pieces, provided no special token contains a newline (the caller checks).
+    Units let threads share one long sub-string.
+    """
+    total = 0
+    for k in range(sub_start.shape[0]):
+        total += sub_end[k] - sub_start[k]
+    capacity = sub_start.shape[0] + total // unit_bytes + 1
+    unit_start = np.empty(capacity, dtype=np.int64)
+    unit_end = np.empty(capacity, dtype=np.int64)
+    unit_allow = np.empty(capacity, dtype=np.bool_)
+    n = _split_all(buf, sub_start, sub_end, sub_allow, unit_bytes, unit_start, unit_end, unit_allow)
+    return unit_start[:n], unit_end[:n], unit_allow[:n]
+
+
 class KimiScanner:
     """The Kimi K3 pattern, compiled (the default for the Kimi pattern)."""
 
     pattern = KIMI_PATTERN
+    splits_after_newline = True  # see split_at_safe_points
 
     def __init__(self) -> None:
         self.table = code_point_flags()
@@ -478,6 +535,8 @@ def compile_pcre2(pattern: str):
 
 class RegexPreTokenizer:
     """Any tiktoken-style pattern through PCRE2 JIT (one Python object per match)."""
+
+    splits_after_newline = False  # nothing is proven for an arbitrary pattern
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
