@@ -91,6 +91,8 @@ class Encoding:
         if type_ids:
             result["type_ids"] = np.zeros(len(array), dtype=ID_DTYPE)
         if special_tokens_mask:
+            if self._special_mask is None:
+                raise ValueError("special_tokens_mask needs an Encoding made by a Tokenizer")
             result["special_tokens_mask"] = self._special_mask(array).astype(ID_DTYPE)
         self._ids = None
         return result
@@ -173,7 +175,7 @@ class Tokenizer:
         self._special_tokens = special_tokens
         self._flags = code_point_flags()
         self._bpe = bpe.cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)
-        self._specials = build_special_table(special_tokens or {"\uffff\uffff never-special": 1 << 40})
+        self._specials = build_special_table(special_tokens)
         self._pretokenizer = pretokenizer_for(pattern)
         # long sub-strings may be split after newlines only where that provably changes no piece
         self._splits_after_newline = self._pretokenizer.splits_after_newline and not any(
@@ -499,7 +501,3 @@ class _StageClock:
             now = time.perf_counter()
             self.timings[stage] = now - self.last
             self.last = now
-
-
-def describe(obj: Any) -> str:  # pragma: no cover - small helper for error texts
-    return type(obj).__name__

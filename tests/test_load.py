@@ -520,3 +520,21 @@ def test_vocabulary_missing_a_byte_or_repeating_a_token(tmp_path):
     repeated.write_text(_model_text(BYTE_TOKENS + [b"ab", b"ab"]), "ascii")
     with pytest.raises(ValueError):
         kimi_tok.load(repeated)
+
+
+def test_vocabulary_without_special_tokens_matches_tiktoken():
+    """No special tokens at all: special-looking text is text in both modes, ids as tiktoken's."""
+    import tiktoken
+
+    from tests.reference import make_reference_encoding
+
+    base = make_reference_encoding()
+    enc = tiktoken.Encoding("no_specials", pat_str=base._pat_str, mergeable_ranks=base._mergeable_ranks,
+                            special_tokens={})
+    tok = kimi_tok.from_tiktoken(enc)
+    assert tok.special_tokens == {}
+    for text in ["hello <|open|> world [EOS]", "", "line\n<|sep|>\tx"]:
+        for allow_special in (False, True):
+            assert tok.encode(text, allow_special=allow_special, tiktoken_safe=False).ids == enc.encode(
+                text, disallowed_special=()
+            )
