@@ -14,18 +14,23 @@ from pathlib import Path
 from .core import Encoding, Tokenizer
 from .load import embedded_kimi_k3, read_model, read_special_tokens_json, vocabulary_from_ranks
 from .pretokenize import KIMI_PATTERN
-from .parallel import check_n_jobs
+from .parallel import check_backend, check_n_jobs
 from .segment_cache import DEFAULT_BUDGET_BYTES, check_segment_cache_bytes
 
 __all__ = ["Encoding", "Tokenizer", "kimi_k3", "load", "from_tiktoken", "KIMI_PATTERN"]
 __version__ = "0.1.0"
 
 
-def kimi_k3(n_jobs: int | None = None, segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES) -> Tokenizer:
+def kimi_k3(
+    n_jobs: int | None = None,
+    segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES,
+    backend: str | None = None,
+) -> Tokenizer:
     """The Kimi K3 tokenizer from the vocabulary shipped in the package (sha256-checked).
 
-    ``n_jobs``: threads one long call may use (default: ``KIMI_TOK_N_JOBS`` or the
-    cores, at most 8). ``segment_cache_bytes``: budget of the exact segment cache
+    ``n_jobs``: workers one long call may use (default: ``KIMI_TOK_N_JOBS`` or the
+    cores, at most 8); ``backend``: ``"threads"`` (default, or ``KIMI_TOK_BACKEND``)
+    or ``"processes"``. ``segment_cache_bytes``: budget of the exact segment cache
     (0 turns it off). The result is cached per arguments: later calls return the
     same (thread-safe) Tokenizer.
     """
@@ -34,14 +39,16 @@ def kimi_k3(n_jobs: int | None = None, segment_cache_bytes: int | None = DEFAULT
     if n_jobs is not None:
         check_n_jobs(n_jobs)
     check_segment_cache_bytes(segment_cache_bytes)
-    return _kimi_k3(n_jobs, segment_cache_bytes)
+    if backend is not None:
+        check_backend(backend)
+    return _kimi_k3(n_jobs, segment_cache_bytes, backend)
 
 
 @lru_cache(maxsize=8)
-def _kimi_k3(n_jobs: int | None, segment_cache_bytes: int | None) -> Tokenizer:
+def _kimi_k3(n_jobs: int | None, segment_cache_bytes: int | None, backend: str | None) -> Tokenizer:
     vocabulary, specials = embedded_kimi_k3()
     return Tokenizer(vocabulary, specials, KIMI_PATTERN, name="kimi_k3", n_jobs=n_jobs,
-                     segment_cache_bytes=segment_cache_bytes)
+                     segment_cache_bytes=segment_cache_bytes, backend=backend)
 
 
 kimi_k3.cache_clear = _kimi_k3.cache_clear  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -73,12 +74,8 @@ def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> Bpe
     build the K3 tables, ~0.02 s to read them). An unwritable or damaged cache only
     means building them again.
     """
-    # keyed by the vocabulary and by this module's source, so a changed table layout never
-    # reads tables built by other code
-    source = Path(__file__).read_bytes()
-    digest = hashlib.sha256(token_bytes.tobytes() + token_offsets.tobytes() + source).hexdigest()[:32]
-    root = Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "kimi_tok")
-    path = root / f"bpe-tables-v{TABLES_FORMAT}-{digest}.npz"
+    root = cache_root()
+    path = root / f"bpe-tables-v{TABLES_FORMAT}-{tables_digest(token_bytes, token_offsets)}.npz"
     try:
         with np.load(path) as stored:
             return BpeTables(**{name: stored[name] for name in BpeTables._fields})
@@ -93,6 +90,40 @@ def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> Bpe
     except OSError:
         pass
     return tables
+
+
+def cache_root() -> Path:
+    """``$KIMI_TOK_CACHE_DIR``, default ``~/.cache/kimi_tok``."""
+    return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "kimi_tok")
+
+
+def tables_digest(token_bytes: np.ndarray, token_offsets: np.ndarray) -> str:
+    """Names the tables of a vocabulary as built by this module's source, so a changed table
+    layout never reads tables built by other code."""
+    source = Path(__file__).read_bytes()
+    return hashlib.sha256(token_bytes.tobytes() + token_offsets.tobytes() + source).hexdigest()[:32]
+
+
+def save_mappable_tables(tables: BpeTables) -> Path:
+    """The tables as one ``.npy`` file per array (memory-mappable), saved once per vocabulary."""
+    path = cache_root() / f"bpe-tables-v{TABLES_FORMAT}-{tables_digest(tables.token_bytes, tables.token_offsets)}"
+    if all((path / f"{name}.npy").is_file() for name in BpeTables._fields):
+        return path
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name, array in tables._asdict().items():
+        np.save(tmp / f"{name}.npy", array)
+    try:
+        os.replace(tmp, path)
+    except OSError:  # another process saved them first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def map_tables(path: Path) -> BpeTables:
+    """Tables saved by ``save_mappable_tables``, memory-mapped copy-on-write: worker processes
+    share the pages, and the arrays keep the writable type the compiled kernels were built for."""
+    return BpeTables(**{name: np.asarray(np.load(path / f"{name}.npy", mmap_mode="c")) for name in BpeTables._fields})
 
 
 def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeTables:
@@ -437,8 +468,12 @@ PIECE_CACHE_IDS = 1 << 20
 
 
 def new_piece_cache(tables: BpeTables, entries: int = PIECE_CACHE_ENTRIES,
-                    key_bytes: int = PIECE_CACHE_KEY_BYTES, ids: int = PIECE_CACHE_IDS) -> PieceCache:
-    """An empty cache for one thread (about 14 MB plus a copy of the short-token table)."""
+                    key_bytes: int = PIECE_CACHE_KEY_BYTES, ids: int = PIECE_CACHE_IDS,
+                    short_slots: np.ndarray | None = None) -> PieceCache:
+    """An empty cache for one thread (about 14 MB plus a copy of the short-token table,
+    or ``short_slots``: such a copy made by the caller)."""
+    if entries < 1 or entries & (entries - 1):
+        raise ValueError(f"piece cache entries must be a power of two, not {entries}")
     return PieceCache(
         np.full(2 * entries, EMPTY, dtype=np.int64),
         np.empty(entries, dtype=np.int64),
@@ -448,7 +483,7 @@ def new_piece_cache(tables: BpeTables, entries: int = PIECE_CACHE_ENTRIES,
         np.empty(key_bytes, dtype=np.uint8),
         np.empty(ids, dtype=np.int32),
         np.zeros(4, dtype=np.int64),
-        tables.short_slots.copy(),
+        tables.short_slots.copy() if short_slots is None else short_slots,
     )
 
 
@@ -468,16 +503,16 @@ class PieceCachePool:
 
     @contextmanager
     def borrow(self):
+        """A cache for the ``with`` block, kept for later calls only if the block ends normally:
+        after an error or Ctrl-C a worker thread may still be writing to it."""
         with self._lock:
             cache = self._free.pop() if self._free else None
         if cache is None:
             cache = self._make()
-        try:
-            yield cache
-        finally:
-            with self._lock:
-                if len(self._free) < self._keep:
-                    self._free.append(cache)
+        yield cache
+        with self._lock:
+            if len(self._free) < self._keep:
+                self._free.append(cache)
 
     def kept(self) -> list[PieceCache]:
         """The caches kept between calls (for tests and inspection)."""

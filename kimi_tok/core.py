@@ -14,7 +14,6 @@ Every compiled stage runs without the GIL, so threads can share a Tokenizer.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -24,16 +23,17 @@ import numpy as np
 from .jit import kernel
 from . import bpe
 from .chunking import cut_chunks, cut_substrings
+from .encoder import ID_DTYPE, SubstringEncoder
 from .load import Vocabulary
-from .parallel import MIN_BYTES_PER_JOB, UNIT_BYTES, check_n_jobs, split_spans, thread_pool
-from .pretokenize import KIMI_PATTERN, pretokenizer_for, split_at_safe_points
+from .parallel import (
+    MIN_BYTES_PER_JOB, UNIT_BYTES, check_backend, check_n_jobs, encode_on_threads, split_spans,
+)
+from .pretokenize import KIMI_PATTERN, split_at_safe_points
 from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache, check_segment_cache_bytes
 from .segments import PackedSegments, pack_segments, validate_segments
-from .specials import build_special_table, split_specials
 from .unicode_classes import code_point_flags
+from .workers import EncoderSpec, encode_on_processes
 
-ID_DTYPE = np.uint32
-MIN_KEPT_PIECE_CACHES = 4  # piece caches kept between calls: at least this many, else one per core
 MAX_TOKEN_ID = 1 << 24  # far above any BPE vocabulary; keeps the dense decoder tables small
 
 
@@ -146,13 +146,12 @@ class Tokenizer:
         name: str = "kimi_k3",
         n_jobs: int | None = None,
         segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES,
+        backend: str | None = None,
     ) -> None:
         self.n_jobs = check_n_jobs(n_jobs)
+        self.backend = check_backend(backend)
         check_segment_cache_bytes(segment_cache_bytes)
         self.segment_cache = SegmentCache(segment_cache_bytes) if segment_cache_bytes else None
-        self._piece_caches = bpe.PieceCachePool(
-            lambda: bpe.new_piece_cache(self._bpe), keep=max(MIN_KEPT_PIECE_CACHES, os.cpu_count() or 1)
-        )
         special_tokens = dict(special_tokens or {})
         n_ranks = vocabulary.token_offsets.shape[0] - 1
         for text, id_ in special_tokens.items():
@@ -175,8 +174,9 @@ class Tokenizer:
         self._special_tokens = special_tokens
         self._flags = code_point_flags()
         self._bpe = bpe.cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)
-        self._specials = build_special_table(special_tokens)
-        self._pretokenizer = pretokenizer_for(pattern)
+        self._encoder = SubstringEncoder(self._bpe, special_tokens, pattern)
+        self._pretokenizer = self._encoder.pretokenizer
+        self._worker_spec: EncoderSpec | None = None  # built on the first call on processes
         # long sub-strings may be split after newlines only where that provably changes no piece
         self._splits_after_newline = self._pretokenizer.splits_after_newline and not any(
             "\n" in text for text in special_tokens
@@ -319,40 +319,23 @@ class Tokenizer:
             sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow, UNIT_BYTES)
         groups = split_spans(sub_start, sub_end, n_jobs)
         if len(groups) == 1:
-            ids, run_start, run_out_end = self._encode_substrings(buf, sub_start, sub_end, sub_allow, clock)
+            ids, run_start, run_out_end = self._encoder.encode(buf, sub_start, sub_end, sub_allow, clock)
+        elif self.backend == "threads":
+            ids, run_start, run_out_end = encode_on_threads(
+                self._encoder, buf, sub_start, sub_end, sub_allow, groups, n_jobs
+            )
         else:
-            parts = list(thread_pool(n_jobs).map(
-                lambda g: self._encode_substrings(
-                    buf, sub_start[g[0]:g[1]], sub_end[g[0]:g[1]], sub_allow[g[0]:g[1]]
-                ),
-                groups,
-            ))
-            clock.lap("specials+pretokenize+bpe (threads)")
-            shifts = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
-            ids = np.concatenate([p[0] for p in parts])
-            run_start = np.concatenate([p[1] for p in parts])
-            run_out_end = np.concatenate([p[2] + shift for p, shift in zip(parts, shifts)])
-            clock.lap("assembly")
+            ids, run_start, run_out_end = encode_on_processes(
+                self._spec_for_workers(), buf, sub_start, sub_end, sub_allow, groups, n_jobs
+            )
+        if len(groups) > 1:
+            clock.lap(f"specials+pretokenize+bpe ({self.backend})")
         return ids, (_segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
 
-    def _encode_substrings(self, buf, sub_start, sub_end, sub_allow, clock=None):
-        """Special split, pre-tokenization and BPE of some sub-strings: ``(ids, run_start, run_out_end)``."""
-        clock = clock or _StageClock(None)
-        run_start, run_end, run_special = split_specials(buf, sub_start, sub_end, sub_allow, self._specials)
-        clock.lap("specials")
-        first_piece, piece_end = self._pretokenizer.scan(buf, run_start, run_end, run_special)
-        clock.lap("pretokenize")
-        n_runs = run_start.shape[0]
-        span = int(run_end[-1] - run_start[0]) if n_runs else 0
-        out = np.empty(bpe.max_ids(span, n_runs), dtype=ID_DTYPE)
-        run_out_end = np.empty(n_runs, dtype=np.int64)
-        with self._piece_caches.borrow() as cache:
-            n = bpe.encode_runs(self._bpe, buf, run_start, run_end, run_special, first_piece, piece_end, out,
-                                run_out_end, cache)
-        clock.lap("bpe")
-        out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
-        clock.lap("assembly")
-        return out, run_start, run_out_end
+    def _spec_for_workers(self) -> EncoderSpec:
+        if self._worker_spec is None:
+            self._worker_spec = EncoderSpec.of(self._bpe, self._special_tokens, self.pattern)
+        return self._worker_spec
 
     def profile_segments(self, segments, tiktoken_safe: bool = True, n_jobs: int = 1) -> dict[str, float]:
         """Seconds spent per pipeline stage for one ``encode_segments`` call (one thread by default)."""

@@ -1,10 +1,26 @@
-"""Fan-out of one call over threads: the compiled stages release the GIL.
+"""Fan-out of one long call over workers: threads (default) or processes.
 
 After the tiktoken-safe cuts, sub-strings are independent for every later stage,
 and long ones can be cut further where the Kimi pattern always cuts
 (``pretokenize.split_at_safe_points``). A long prompt's units are split into
-contiguous groups of about equal bytes, each group is encoded by one thread, and
-the groups' ids are concatenated in order: the result is the sequential one.
+contiguous groups of about equal bytes (``split_spans``).
+
+- ``threads``: the compiled stages release the GIL, so threads share the
+  Tokenizer. Groups are pre-tokenized in parallel, pieces that are not vocabulary
+  tokens are hash-routed so identical ones are merged once, by one worker and its
+  piece cache (``routing.py``), and each group writes its ids into the call's
+  one output array (``encode_on_threads``).
+- ``processes``: joblib's loky process pool (``workers.py``), kept warm between
+  calls; workers map the BPE tables from disk and read the text from a shared
+  memory-mapped file, so neither is pickled per call.
+
+Both give the sequential ids for every input and any number of workers.
+
+Why not ``joblib.Parallel`` for one call: it costs ~10 ms per call here whatever
+the work (its result loop polls every 10 ms), about the time of a whole
+million-token encode on 16 cores; a warm ``ThreadPoolExecutor`` costs ~0.1 ms and
+loky's reusable executor ~1 ms. ``joblib.Parallel`` is used where calls are long:
+corpora (``corpus.py``, also on Dask).
 """
 
 from __future__ import annotations
@@ -15,7 +31,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .encoder import ID_DTYPE, Misses
+
 N_JOBS_ENV = "KIMI_TOK_N_JOBS"
+BACKEND_ENV = "KIMI_TOK_BACKEND"
+BACKENDS = ("threads", "processes")
+DEFAULT_BACKEND = "threads"  # measured: see README "Many cores"
 # Measured on 2 cores, fresh prompts, empty piece caches, n_jobs 2 vs 1 (with units split after newlines):
 # 0.3M chars 1.01x, 0.6M 1.18x, 1.0M 1.51x, 1.6M 1.35x, 2.4M 1.55x, 4M 1.60x; with 128 KB per job 0.3M and
 # 0.6M got slower (0.89x, 0.96x), so a call fans out from 256 KB per job.
@@ -50,6 +71,18 @@ def check_n_jobs(n_jobs) -> int:
     return n_jobs
 
 
+def check_backend(backend) -> str:
+    """``backend``, or ``KIMI_TOK_BACKEND``, or the default, checked."""
+    if backend is None:
+        backend = os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
+        where = f"{BACKEND_ENV}={backend!r}"
+    else:
+        where = f"backend={backend!r}"
+    if backend not in BACKENDS:
+        raise ValueError(f"{where}: expected one of {', '.join(map(repr, BACKENDS))}")
+    return backend
+
+
 def thread_pool(n_workers: int) -> ThreadPoolExecutor:
     """A process-wide pool, grown on demand and kept warm between calls."""
     global _pool
@@ -73,3 +106,27 @@ def split_spans(run_start: np.ndarray, run_end: np.ndarray, n_jobs: int) -> list
     cuts = np.searchsorted(run_end, targets, side="left") + 1
     edges = np.unique(np.concatenate(([0], np.minimum(cuts, n_runs), [n_runs])))
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def encode_on_threads(encoder, buf, sub_start, sub_end, sub_allow, groups, n_jobs):
+    """The hash-routed path: ``(ids, run_start, run_out_end)`` as the sequential kernel gives them."""
+    pool = thread_pool(n_jobs)
+    with encoder.borrow_route_caches(n_jobs) as route_caches:
+        pieces = list(pool.map(
+            lambda g: encoder.find_pieces(buf, sub_start[g[0]:g[1]], sub_end[g[0]:g[1]], sub_allow[g[0]:g[1]],
+                                          route_caches),
+            groups,
+        ))
+        misses = Misses.of(pieces)
+        if misses.start.shape[0]:
+            list(pool.map(lambda route: encoder.merge_misses(buf, misses, route, route_caches), range(n_jobs)))
+    first_miss = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum([p.miss_start.shape[0] for p in pieces], out=first_miss[1:])
+    out_at = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum([p.n_known_ids + int(misses.count[first_miss[k]:first_miss[k + 1]].sum())
+               for k, p in enumerate(pieces)], out=out_at[1:])
+    out = np.empty(int(out_at[-1]), dtype=ID_DTYPE)
+    run_out_end = list(pool.map(
+        lambda k: encoder.assemble(pieces[k], misses, int(first_miss[k]), out, int(out_at[k])), range(len(pieces))
+    ))
+    return out, np.concatenate([p.run_start for p in pieces]), np.concatenate(run_out_end)

@@ -12,14 +12,14 @@ from tests.parity import assert_parity
 def _tokenizer_with_tiny_cache(entries: int, key_bytes: int, ids: int) -> kimi_tok.Tokenizer:
     vocabulary, specials = kimi_tok.embedded_kimi_k3()
     tok = kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, n_jobs=1, segment_cache_bytes=0)
-    tok._piece_caches = bpe.PieceCachePool(
+    tok._encoder.piece_caches = bpe.PieceCachePool(
         lambda: bpe.new_piece_cache(tok._bpe, entries=entries, key_bytes=key_bytes, ids=ids), keep=1
     )
     return tok
 
 
 def _kept_cache(tok: kimi_tok.Tokenizer) -> bpe.PieceCache:
-    (cache,) = tok._piece_caches.kept()
+    (cache,) = tok._encoder.piece_caches.kept()
     return cache
 
 
@@ -50,10 +50,10 @@ def test_pool_keeps_a_bounded_number_of_caches_under_many_threads(ref):
     from concurrent.futures import ThreadPoolExecutor
 
     tok = _tokenizer_with_tiny_cache(entries=1 << 10, key_bytes=1 << 14, ids=1 << 12)
-    tok._piece_caches = bpe.PieceCachePool(lambda: bpe.new_piece_cache(tok._bpe), keep=3)
+    tok._encoder.piece_caches = bpe.PieceCachePool(lambda: bpe.new_piece_cache(tok._bpe), keep=3)
     prompts = [sample_prompt(20_000, seed=s) for s in range(8)]
     expected = [ref.encode_segments(p) for p in prompts]
     with ThreadPoolExecutor(max_workers=32) as pool:
         got = list(pool.map(lambda k: tok.encode_segments(prompts[k % 8]).ids, range(64)))
     assert all(g == expected[k % 8] for k, g in enumerate(got))
-    assert len(tok._piece_caches.kept()) <= 3
+    assert len(tok._encoder.piece_caches.kept()) <= 3

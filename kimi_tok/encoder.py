@@ -1,0 +1,140 @@
+"""The stages after the tiktoken-safe cuts: special split -> pre-tokenization -> BPE.
+
+``SubstringEncoder`` is the part of a Tokenizer that does the work on sub-strings
+of a packed buffer; it is all a worker needs (a thread shares the Tokenizer's,
+a worker process builds its own from memory-mapped tables, see ``workers.py``).
+
+``encode`` runs the stages fused, for one worker. ``find_pieces``,
+``merge_misses`` and ``assemble`` are the three phases of the hash-routed
+multi-worker path (``routing.py``); ``parallel.py`` runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import NamedTuple
+
+import numpy as np
+
+from . import bpe, routing
+from .pretokenize import pretokenizer_for
+from .specials import build_special_table, split_specials
+
+ID_DTYPE = np.uint32
+MIN_KEPT_PIECE_CACHES = 4  # piece caches kept between calls: at least this many, else one per core
+MAX_KEPT_ROUTE_CACHE_SETS = 2  # route cache sets kept per number of routes (concurrent long calls)
+
+
+class GroupPieces(NamedTuple):
+    """Phase 1 of the routed path for one group of sub-strings."""
+
+    run_start: np.ndarray
+    run_special: np.ndarray
+    first_piece: np.ndarray
+    piece_value: np.ndarray  # uint64 packed ids per piece, routing.MISS if not known yet
+    miss_start: np.ndarray
+    miss_end: np.ndarray
+    miss_route: np.ndarray
+    n_known_ids: int  # ids known before merging: resolved pieces and special tokens
+
+
+class SubstringEncoder:
+    """Special tokens, pre-tokenizer and BPE tables of one vocabulary, plus its piece caches."""
+
+    def __init__(self, tables: bpe.BpeTables, special_tokens: dict[str, int], pattern: str) -> None:
+        self.tables = tables
+        self.specials = build_special_table(special_tokens)
+        self.pretokenizer = pretokenizer_for(pattern)
+        self.piece_caches = bpe.PieceCachePool(
+            lambda: bpe.new_piece_cache(self.tables), keep=max(MIN_KEPT_PIECE_CACHES, os.cpu_count() or 1)
+        )
+        self._route_caches: dict[int, bpe.PieceCachePool] = {}  # per number of routes
+        self._route_caches_lock = threading.Lock()
+
+    def runs_and_pieces(self, buf, sub_start, sub_end, sub_allow, clock=None):
+        """``(run_start, run_end, run_special, first_piece, piece_end)`` of some sub-strings."""
+        run_start, run_end, run_special = split_specials(buf, sub_start, sub_end, sub_allow, self.specials)
+        if clock:
+            clock.lap("specials")
+        first_piece, piece_end = self.pretokenizer.scan(buf, run_start, run_end, run_special)
+        if clock:
+            clock.lap("pretokenize")
+        return run_start, run_end, run_special, first_piece, piece_end
+
+    def encode(self, buf, sub_start, sub_end, sub_allow, clock=None):
+        """All stages fused on one worker: ``(ids, run_start, run_out_end)``."""
+        run_start, run_end, run_special, first_piece, piece_end = self.runs_and_pieces(
+            buf, sub_start, sub_end, sub_allow, clock
+        )
+        n_runs = run_start.shape[0]
+        span = int(run_end[-1] - run_start[0]) if n_runs else 0
+        out = np.empty(bpe.max_ids(span, n_runs), dtype=ID_DTYPE)
+        run_out_end = np.empty(n_runs, dtype=np.int64)
+        with self.piece_caches.borrow() as cache:
+            n = bpe.encode_runs(self.tables, buf, run_start, run_end, run_special, first_piece, piece_end, out,
+                                run_out_end, cache)
+        if clock:
+            clock.lap("bpe")
+        out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
+        return out, run_start, run_out_end
+
+    # -- the hash-routed path: three phases, each run by several workers --------------------
+
+    def find_pieces(self, buf, sub_start, sub_end, sub_allow, route_caches: routing.RouteCaches) -> GroupPieces:
+        """Phase 1: pieces, the ids of those the tables know, and the misses with their routes."""
+        run_start, _, run_special, first_piece, piece_end = self.runs_and_pieces(buf, sub_start, sub_end, sub_allow)
+        piece_value = np.empty(piece_end.shape[0], dtype=np.uint64)
+        n_misses = routing.classify_pieces(self.tables, route_caches.short_tables, buf, run_start, run_special,
+                                           first_piece, piece_end, piece_value)
+        miss_start = np.empty(n_misses, dtype=np.int64)
+        miss_end = np.empty(n_misses, dtype=np.int64)
+        miss_route = np.empty(n_misses, dtype=np.int64)
+        routing.collect_misses(buf, run_start, run_special, first_piece, piece_end, piece_value,
+                               len(route_caches.caches), miss_start, miss_end, miss_route)
+        return GroupPieces(run_start, run_special, first_piece, piece_value, miss_start, miss_end, miss_route,
+                           routing.count_known_ids(first_piece, piece_value, run_special))
+
+    def borrow_route_caches(self, n_routes: int):
+        """A set of ``n_routes`` piece caches lent to one call (route ``w`` always gets cache ``w``
+        of the set, so what a route merged stays where its pieces are routed)."""
+        with self._route_caches_lock:
+            pool = self._route_caches.get(n_routes)
+            if pool is None:
+                pool = bpe.PieceCachePool(lambda: routing.new_route_caches(self.tables, n_routes),
+                                          keep=MAX_KEPT_ROUTE_CACHE_SETS)
+                self._route_caches[n_routes] = pool
+        return pool.borrow()
+
+    def merge_misses(self, buf, misses: "Misses", route: int, route_caches: routing.RouteCaches) -> None:
+        """Phase 2: merge the misses routed to ``route`` into ``misses.ids``."""
+        routing.merge_misses(self.tables, buf, misses.start, misses.end, misses.route, route, misses.at,
+                             misses.ids, misses.count, route_caches.caches[route])
+
+    @staticmethod
+    def assemble(group: GroupPieces, misses: "Misses", first_miss: int, out, out_at: int) -> np.ndarray:
+        """Phase 3: the group's ids into ``out[out_at:]``; returns its ``run_out_end``."""
+        run_out_end = np.empty(group.run_start.shape[0], dtype=np.int64)
+        routing.assemble_ids(group.run_special, group.first_piece, group.piece_value, misses.at, misses.ids,
+                             misses.count, first_miss, out, out_at, run_out_end)
+        return run_out_end
+
+
+class Misses(NamedTuple):
+    """The misses of every group of one call, in input order, and where their ids go."""
+
+    start: np.ndarray
+    end: np.ndarray
+    route: np.ndarray
+    at: np.ndarray  # int64 offset of each miss's ids in ``ids`` (room for one id per byte)
+    ids: np.ndarray  # uint32 arena
+    count: np.ndarray  # int64 ids per miss, filled by phase 2
+
+    @classmethod
+    def of(cls, groups: list[GroupPieces]) -> "Misses":
+        start = np.concatenate([g.miss_start for g in groups])
+        end = np.concatenate([g.miss_end for g in groups])
+        at = np.zeros(start.shape[0] + 1, dtype=np.int64)
+        np.cumsum(end - start, out=at[1:])
+        return cls(start, end, np.concatenate([g.miss_route for g in groups]), at[:-1],
+                   np.empty(int(at[-1]), dtype=ID_DTYPE), np.zeros(start.shape[0], dtype=np.int64))

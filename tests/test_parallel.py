@@ -1,0 +1,174 @@
+"""The parallel paths (issue: many cores): threads with hash routing, and worker processes.
+
+Every id is compared with the tiktoken reference or with the sequential path, which the rest
+of the suite compares with the reference. Thresholds are lowered in some tests so that inputs
+of a few hundred KB fan out into many small groups (the hardest case for order and routing).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import kimi_tok
+import kimi_tok.core as core
+from kimi_tok import bpe, parallel, routing, workers
+from kimi_tok.samples import render_chat, sample_prompt, sample_text
+
+from tests.parity import assert_parity
+
+BACKENDS = ["threads", "processes"]
+
+
+def make_tokenizer(n_jobs: int, backend: str) -> kimi_tok.Tokenizer:
+    vocabulary, specials = kimi_tok.embedded_kimi_k3()
+    return kimi_tok.Tokenizer(vocabulary, specials, n_jobs=n_jobs, backend=backend, segment_cache_bytes=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    """One Tokenizer per (backend, n_jobs); the process pool stays warm across tests."""
+    return {(b, n): make_tokenizer(n, b) for b in BACKENDS for n in (1, 2, 4)}
+
+
+def hostile_long_prompt(seed: int) -> list[tuple[str, bool]]:
+    """~1.3M characters: rendered chat, specials as text and as tokens, 25k+ runs, CJK, digits."""
+    rng = np.random.default_rng(seed)
+    segments = sample_prompt(900_000, seed=seed)
+    segments += render_chat([{"role": "tool", "content": sample_text(200_000, seed=seed + 1)}])
+    segments += [
+        (" " * 60_000 + "x" + "\n" * 30_001 + "y" * 50_001, False),
+        ("<|open|>" + "\u4e2d\u6587" * 40_000 + "<|sep|>" + "1234567890" * 5_000, bool(rng.integers(2))),
+        ("unknownwordzz " * 20_000 + "<|close|>", True),
+    ]
+    return segments
+
+
+@pytest.fixture()
+def fan_outs(monkeypatch):
+    """Counts the calls that went to each backend's fan-out."""
+    calls = {"threads": 0, "processes": 0}
+    for backend, name in (("threads", "encode_on_threads"), ("processes", "encode_on_processes")):
+        def counted(*args, _real=getattr(core, name), _backend=backend):
+            calls[_backend] += 1
+            return _real(*args)
+        monkeypatch.setattr(core, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n_jobs", [1, 2, 4])
+def test_long_prompts_match_the_reference(tokenizers, ref, fan_outs, backend, n_jobs):
+    for seed in (3, 4):
+        assert_parity(tokenizers[(backend, n_jobs)], ref, hostile_long_prompt(seed))
+    assert fan_outs[backend] == (2 if n_jobs > 1 else 0)  # really parallel (and never for n_jobs=1)
+
+
+@pytest.fixture()
+def small_groups(monkeypatch):
+    """Fan out from 4 KB, split long sub-strings into 2 KB units: dozens of groups per call."""
+    monkeypatch.setattr(parallel, "MIN_BYTES_PER_JOB", 4096)
+    monkeypatch.setattr(core, "MIN_BYTES_PER_JOB", 4096)
+    monkeypatch.setattr(core, "UNIT_BYTES", 2048)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n_jobs", [2, 4])
+@pytest.mark.parametrize("seed", range(3))
+def test_many_small_groups_match_the_reference(tokenizers, ref, small_groups, fan_outs, backend, n_jobs, seed):
+    segments = sample_prompt(150_000, seed=seed) + [("<|open|>" * 50 + " \n" * 3000 + "ab" * 9000, True)]
+    assert_parity(tokenizers[(backend, n_jobs)], ref, segments)
+    assert fan_outs[backend] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_routed_calls_give_sequential_ids_call_after_call(tokenizers, small_groups, backend):
+    """Warm route caches (merged short pieces in every route's table) keep giving the same ids."""
+    sequential = tokenizers[("threads", 1)]
+    for seed in range(6):
+        segments = sample_prompt(60_000, seed=200 + seed % 3)  # seeds repeat: caches are warm
+        expected = sequential.encode_to_numpy(segments)
+        assert np.array_equal(tokenizers[(backend, 4)].encode_to_numpy(segments), expected)
+
+
+def test_identical_pieces_are_merged_once_by_their_route(small_groups):
+    """Each distinct long unknown piece of a call is merged and stored once, by its route."""
+    tok = make_tokenizer(4, "threads")
+    words = [f"zq{'x' * (10 + k)}vj" for k in range(40)]
+    rng = np.random.default_rng(0)
+    chosen = rng.choice(words, 10_000).tolist()
+    text = "\n".join(chosen)  # a newline before a letter: units split there, so groups fan out
+    assert len(text) < 400_000  # one tiktoken-safe chunk: no word is cut in two
+    pieces = set(chosen)  # the Kimi pattern's pieces are the words and the newlines (tokens)
+    assert all(tok.token_to_id(p) is None and len(p.encode()) > bpe.SHORT_TOKEN_BYTES for p in pieces)
+    ids = tok.encode(text).into_numpy()["ids"]
+    assert np.array_equal(ids, make_tokenizer(1, "threads").encode_to_numpy([(text, False)]))
+    (route_caches,) = tok._encoder._route_caches[4].kept()
+    expected = [0] * 4
+    for piece in pieces:
+        raw = np.frombuffer(piece.encode(), dtype=np.uint8)
+        expected[routing.route_of(raw, 0, raw.size, 4)] += 1
+    assert [int(c.used[bpe.ENTRIES]) for c in route_caches.caches] == expected
+    assert min(expected) > 0  # the 41 pieces spread over all 4 routes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_concurrent_callers_share_one_parallel_tokenizer(ref, backend):
+    """6 threads call one n_jobs=2 Tokenizer at once (3 rounds): everyone gets the sequential ids."""
+    tok = make_tokenizer(2, backend)
+    prompts = [sample_prompt(n, seed=300 + k) for k, n in enumerate([700_000, 20_000, 600_000, 0, 550_000, 90_000])]
+    sequential = [make_tokenizer(1, "threads").encode_to_numpy(p) for p in prompts]
+    assert_parity(tok, ref, prompts[1])
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        for _ in range(3):
+            results = list(pool.map(lambda k: (k, tok.encode_to_numpy(prompts[k])), range(len(prompts))))
+            for k, ids in results:
+                assert np.array_equal(ids, sequential[k]), f"prompt {k} differs when callers run at once"
+
+
+def test_backend_argument_and_environment(monkeypatch):
+    assert make_tokenizer(2, "threads").backend == "threads"
+    assert kimi_tok.kimi_k3(backend="processes").backend == "processes"
+    monkeypatch.delenv(parallel.BACKEND_ENV, raising=False)
+    assert parallel.check_backend(None) == parallel.DEFAULT_BACKEND
+    monkeypatch.setenv(parallel.BACKEND_ENV, "processes")
+    assert parallel.check_backend(None) == "processes"
+    monkeypatch.setenv(parallel.BACKEND_ENV, "gpu")
+    with pytest.raises(ValueError, match="KIMI_TOK_BACKEND='gpu'"):
+        parallel.check_backend(None)
+    for bad in ("loky", "", "Threads", 1):
+        with pytest.raises(ValueError, match="backend="):
+            kimi_tok.kimi_k3(backend=bad)
+
+
+def test_workers_map_the_tables_instead_of_pickling_them():
+    """The spec a task carries is small; the worker's tables are memory maps of the saved files."""
+    tok = make_tokenizer(2, "processes")
+    spec = tok._spec_for_workers()
+    assert len(repr(spec)) < 20_000
+    mapped = bpe.map_tables(__import__("pathlib").Path(spec.tables_dir))
+    for name in bpe.BpeTables._fields:
+        array = getattr(mapped, name)
+        assert isinstance(array.base, np.memmap) or isinstance(array, np.memmap), name
+        assert np.array_equal(array, getattr(tok._bpe, name)), name
+    encoder = workers.worker_encoder(spec)
+    assert workers.worker_encoder(spec) is encoder  # built once per process
+    text = "a worker encodes this <|open|> too"
+    buf = np.frombuffer(text.encode(), dtype=np.uint8).copy()
+    with workers.shared_text(buf) as path:
+        ids, _, _ = workers.encode_group(spec, path, np.array([0]), np.array([buf.size]), np.array([True]))
+        assert os.path.exists(path)
+    assert not os.path.exists(path)
+    assert ids.tolist() == tok.encode(text, allow_special=True).ids
+
+
+def test_a_process_pool_stays_warm_between_calls():
+    tok = make_tokenizer(2, "processes")
+    segments = sample_prompt(700_000, seed=5)
+    tok.encode_segments(segments)
+    pool = workers.process_pool(2)
+    tok.encode_segments(segments)
+    assert workers.process_pool(2) is pool
