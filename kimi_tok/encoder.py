@@ -23,6 +23,8 @@ from .specials import build_special_table, split_specials
 
 ID_DTYPE = np.uint32
 MIN_KEPT_PIECE_CACHES = 4  # piece caches kept between calls: at least this many, else one per core
+# merging ~150 ns/byte: a slice is ~0.15 s of work at most, so Ctrl-C stops a route promptly
+MERGE_SLICE_BYTES = 1 << 20
 MAX_KEPT_ROUTE_CACHE_SETS = 2  # route cache sets kept per number of routes (concurrent long calls)
 
 
@@ -84,16 +86,18 @@ class SubstringEncoder:
     def find_pieces(self, buf, sub_start, sub_end, sub_allow, route_caches: routing.RouteCaches) -> GroupPieces:
         """Phase 1: pieces, the ids of those the tables know, and the misses with their routes."""
         run_start, _, run_special, first_piece, piece_end = self.runs_and_pieces(buf, sub_start, sub_end, sub_allow)
-        piece_value = np.empty(piece_end.shape[0], dtype=np.uint64)
-        n_misses = routing.classify_pieces(self.tables, route_caches.short_tables, buf, run_start, run_special,
-                                           first_piece, piece_end, piece_value)
-        miss_start = np.empty(n_misses, dtype=np.int64)
-        miss_end = np.empty(n_misses, dtype=np.int64)
-        miss_route = np.empty(n_misses, dtype=np.int64)
-        routing.collect_misses(buf, run_start, run_special, first_piece, piece_end, piece_value,
-                               len(route_caches.caches), miss_start, miss_end, miss_route)
-        return GroupPieces(run_start, run_special, first_piece, piece_value, miss_start, miss_end, miss_route,
-                           routing.count_known_ids(first_piece, piece_value, run_special))
+        n_pieces = piece_end.shape[0]
+        piece_value = np.empty(n_pieces, dtype=np.uint64)
+        # sized for the worst case; only the pages of actual misses are ever touched
+        miss_start = np.empty(n_pieces, dtype=np.int64)
+        miss_end = np.empty(n_pieces, dtype=np.int64)
+        miss_route = np.empty(n_pieces, dtype=np.int64)
+        n_misses, n_known = routing.classify_pieces(
+            self.tables, route_caches.short_tables, buf, run_start, run_special, first_piece, piece_end, piece_value,
+            miss_start, miss_end, miss_route,
+        )
+        return GroupPieces(run_start, run_special, first_piece, piece_value, miss_start[:n_misses],
+                           miss_end[:n_misses], miss_route[:n_misses], n_known)
 
     def borrow_route_caches(self, n_routes: int):
         """A set of ``n_routes`` piece caches lent to one call (route ``w`` always gets cache ``w``
@@ -106,10 +110,17 @@ class SubstringEncoder:
                 self._route_caches[n_routes] = pool
         return pool.borrow()
 
-    def merge_misses(self, buf, misses: "Misses", route: int, route_caches: routing.RouteCaches) -> None:
-        """Phase 2: merge the misses routed to ``route`` into ``misses.ids``."""
-        routing.merge_misses(self.tables, buf, misses.start, misses.end, misses.route, route, misses.at,
-                             misses.ids, misses.count, route_caches.caches[route])
+    def merge_misses(self, buf, misses: "Misses", route: int, route_caches: routing.RouteCaches,
+                     stop: threading.Event) -> None:
+        """Phase 2: merge the misses routed to ``route`` into ``misses.ids``, a slice of about
+        ``MERGE_SLICE_BYTES`` at a time; returns early once ``stop`` is set (the call failed
+        or was interrupted, and nobody will read the result)."""
+        bounds = misses.slices()
+        for first, last in zip(bounds[:-1], bounds[1:]):
+            if stop.is_set():
+                return
+            routing.merge_misses(self.tables, buf, misses.start, misses.end, misses.route, route, first, last,
+                                 misses.at, misses.ids, misses.count, route_caches.caches[route])
 
     @staticmethod
     def assemble(group: GroupPieces, misses: "Misses", first_miss: int, out, out_at: int) -> np.ndarray:
@@ -129,6 +140,12 @@ class Misses(NamedTuple):
     at: np.ndarray  # int64 offset of each miss's ids in ``ids`` (room for one id per byte)
     ids: np.ndarray  # uint32 arena
     count: np.ndarray  # int64 ids per miss, filled by phase 2
+
+    def slices(self) -> list[int]:
+        """Miss indices cutting the misses into slices of about ``MERGE_SLICE_BYTES``."""
+        n_bytes = int(self.at[-1] + self.end[-1] - self.start[-1]) if self.start.shape[0] else 0
+        cuts = np.searchsorted(self.at, np.arange(MERGE_SLICE_BYTES, n_bytes, MERGE_SLICE_BYTES))
+        return [0, *np.unique(cuts).tolist(), self.start.shape[0]]
 
     @classmethod
     def of(cls, groups: list[GroupPieces]) -> "Misses":

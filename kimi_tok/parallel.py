@@ -111,15 +111,21 @@ def split_spans(run_start: np.ndarray, run_end: np.ndarray, n_jobs: int) -> list
 def encode_on_threads(encoder, buf, sub_start, sub_end, sub_allow, groups, n_jobs):
     """The hash-routed path: ``(ids, run_start, run_out_end)`` as the sequential kernel gives them."""
     pool = thread_pool(n_jobs)
-    with encoder.borrow_route_caches(n_jobs) as route_caches:
-        pieces = list(pool.map(
-            lambda g: encoder.find_pieces(buf, sub_start[g[0]:g[1]], sub_end[g[0]:g[1]], sub_allow[g[0]:g[1]],
-                                          route_caches),
-            groups,
-        ))
-        misses = Misses.of(pieces)
-        if misses.start.shape[0]:
-            list(pool.map(lambda route: encoder.merge_misses(buf, misses, route, route_caches), range(n_jobs)))
+    stop = threading.Event()
+    try:
+        with encoder.borrow_route_caches(n_jobs) as route_caches:
+            pieces = list(pool.map(
+                lambda g: encoder.find_pieces(buf, sub_start[g[0]:g[1]], sub_end[g[0]:g[1]],
+                                              sub_allow[g[0]:g[1]], route_caches),
+                groups,
+            ))
+            misses = Misses.of(pieces)
+            if misses.start.shape[0]:
+                list(pool.map(lambda route: encoder.merge_misses(buf, misses, route, route_caches, stop),
+                              range(n_jobs)))
+    except BaseException:  # Ctrl-C or an error: routes still merging stop after their slice
+        stop.set()
+        raise
     first_miss = np.zeros(len(pieces) + 1, dtype=np.int64)
     np.cumsum([p.miss_start.shape[0] for p in pieces], out=first_miss[1:])
     out_at = np.zeros(len(pieces) + 1, dtype=np.int64)

@@ -6,8 +6,8 @@ same unknown word would merge it again and warm a different piece cache. Routing
 instead runs three phases, each in parallel:
 
 1. ``classify_pieces`` (per group of runs): every piece that is a vocabulary token
-   gets its rank; the others ("misses", ~10% of pieces in prose) are listed with
-   their route ``hash(piece) mod n`` (``collect_misses``).
+   (or a short piece its route merged before) gets its ids; the others ("misses",
+   ~8% of pieces in fresh prose) are listed with their route ``hash(piece) mod n``.
 2. ``merge_misses`` (per route): worker ``w`` merges the misses routed to ``w``, so
    identical pieces meet in one worker and are merged once per call, then served
    from that worker's piece cache. Each miss writes into its own slot of a shared
@@ -46,13 +46,17 @@ MISS = np.uint64(0)  # piece_value of a piece phase 1 could not resolve
 
 
 @leaf
-def route_of(buf, start, end, n_routes):
-    """The worker that merges the piece ``buf[start:end]`` (and whose short table knows it)."""
-    if end - start <= SHORT_TOKEN_BYTES:
-        h = mix64(short_key(buf, start, end))
-    else:
-        h = hash_span(buf, start, end)
+def route_for_hash(h, n_routes):
     return np.int64((h >> ROUTE_SHIFT) % np.uint64(n_routes))
+
+
+@leaf
+def route_of(buf, start, end, n_routes):
+    """The worker that merges the piece ``buf[start:end]`` (and whose short table knows it);
+    the hash is the one the tables use for the piece (``classify_pieces``)."""
+    if end - start <= SHORT_TOKEN_BYTES:
+        return route_for_hash(mix64(short_key(buf, start, end)), n_routes)
+    return route_for_hash(hash_span(buf, start, end), n_routes)
 
 
 @leaf
@@ -62,16 +66,21 @@ def one_id(rank):
 
 
 @leaf
-def classify_pieces(tables, short_tables, buf, run_start, run_special, first_piece, piece_end, piece_value):
-    """``piece_value[p]``: the packed ids of piece ``p`` if a table knows them, else ``MISS``.
+def classify_pieces(tables, short_tables, buf, run_start, run_special, first_piece, piece_end, piece_value,
+                    miss_start, miss_end, miss_route):
+    """One pass over a group's pieces: ``piece_value[p]`` gets the packed ids of piece ``p`` when
+    a table knows them, else ``MISS``, and each miss's bytes and route are listed (in order).
 
-    A short piece is looked up in the short table of its route, which also holds the
-    short pieces that route merged before. Returns the number of misses.
+    A short piece is looked up in the short table of its route, which also holds the short
+    pieces that route merged before. Returns ``(misses, ids known)``; the ids known count the
+    special tokens too.
     """
     n_routes = short_tables.shape[0]
     n_misses = 0
+    n_known = 0
     for r in range(run_start.shape[0]):
         if run_special[r] >= 0:
+            n_known += 1
             continue
         start = run_start[r]
         for p in range(first_piece[r], first_piece[r + 1]):
@@ -81,53 +90,40 @@ def classify_pieces(tables, short_tables, buf, run_start, run_special, first_pie
             if length == 1:
                 value = one_id(tables.byte_rank[buf[start]])
             elif length <= SHORT_TOKEN_BYTES:
-                value, _ = find_short_piece(short_tables[route_of(buf, start, end, n_routes)],
-                                            short_key(buf, start, end))
+                key = short_key(buf, start, end)
+                h = mix64(key)
+                value, _ = find_short_piece(short_tables[route_for_hash(h, n_routes)], key)
             else:
-                rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
-                                 hash_span(buf, start, end))
+                h = hash_span(buf, start, end)
+                rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end, h)
                 if rank != EMPTY:
                     value = one_id(rank)
             piece_value[p] = value
             if value == MISS:
+                miss_start[n_misses] = start
+                miss_end[n_misses] = end
+                miss_route[n_misses] = route_for_hash(h, n_routes)
                 n_misses += 1
+            else:
+                n_known += packed_count(value)
             start = end
-    return n_misses
+    return n_misses, n_known
 
 
 @leaf
-def collect_misses(buf, run_start, run_special, first_piece, piece_end, piece_value, n_routes,
-                   miss_start, miss_end, miss_route):
-    """Bytes and route of each miss, in input order."""
-    m = 0
-    for r in range(run_start.shape[0]):
-        if run_special[r] >= 0:
-            continue
-        start = run_start[r]
-        for p in range(first_piece[r], first_piece[r + 1]):
-            end = piece_end[p]
-            if piece_value[p] == MISS:
-                miss_start[m] = start
-                miss_end[m] = end
-                miss_route[m] = route_of(buf, start, end, n_routes)
-                m += 1
-            start = end
-
-
-@leaf
-def _longest_miss(miss_start, miss_end, miss_route, route):
+def _longest_miss(miss_start, miss_end, miss_route, route, first, last):
     longest = 0
-    for m in range(miss_start.shape[0]):
+    for m in range(first, last):
         if miss_route[m] == route:
             longest = max(longest, miss_end[m] - miss_start[m])
     return longest
 
 
 @leaf
-def _merge_route(tables, buf, miss_start, miss_end, miss_route, route, miss_at, miss_ids, miss_count, cache,
-                 scratch):
+def _merge_route(tables, buf, miss_start, miss_end, miss_route, route, first, last, miss_at, miss_ids, miss_count,
+                 cache, scratch):
     short_slots = cache.short_slots
-    for m in range(miss_start.shape[0]):
+    for m in range(first, last):
         if miss_route[m] != route:
             continue
         start = miss_start[m]
@@ -147,12 +143,13 @@ def _merge_route(tables, buf, miss_start, miss_end, miss_route, route, miss_at, 
 
 
 @kernel
-def merge_misses(tables, buf, miss_start, miss_end, miss_route, route, miss_at, miss_ids, miss_count, cache):
-    """Merge the misses routed to ``route``: ids of miss ``m`` go to ``miss_ids[miss_at[m]:]``,
-    their number to ``miss_count[m]``. ``cache`` is this route's piece cache."""
-    scratch = new_merge_scratch(_longest_miss(miss_start, miss_end, miss_route, route))
-    _merge_route(tables, buf, miss_start, miss_end, miss_route, route, miss_at, miss_ids, miss_count, cache,
-                 scratch)
+def merge_misses(tables, buf, miss_start, miss_end, miss_route, route, first, last, miss_at, miss_ids, miss_count,
+                 cache):
+    """Merge misses ``first..last-1`` routed to ``route``: ids of miss ``m`` go to
+    ``miss_ids[miss_at[m]:]``, their number to ``miss_count[m]``. ``cache`` is the route's."""
+    scratch = new_merge_scratch(_longest_miss(miss_start, miss_end, miss_route, route, first, last))
+    _merge_route(tables, buf, miss_start, miss_end, miss_route, route, first, last, miss_at, miss_ids, miss_count,
+                 cache, scratch)
 
 
 @leaf
@@ -178,20 +175,6 @@ def assemble_ids(run_special, first_piece, piece_value, miss_at, miss_ids, miss_
                         n += 1
                     m += 1
         run_out_end[r] = n
-    return n
-
-
-@leaf
-def count_known_ids(first_piece, piece_value, run_special):
-    """Ids of a group known after phase 1: its special tokens and resolved pieces."""
-    n = 0
-    for r in range(run_special.shape[0]):
-        if run_special[r] >= 0:
-            n += 1
-        else:
-            for p in range(first_piece[r], first_piece[r + 1]):
-                if piece_value[p] != MISS:
-                    n += packed_count(piece_value[p])
     return n
 
 

@@ -172,3 +172,16 @@ def test_a_process_pool_stays_warm_between_calls():
     pool = workers.process_pool(2)
     tok.encode_segments(segments)
     assert workers.process_pool(2) is pool
+
+
+def test_misses_merged_in_many_small_slices(small_groups, monkeypatch, ref):
+    """Routes merge their misses slice by slice (so Ctrl-C stops them promptly): tiny slices,
+    long unknown pieces and repeats across slices still give the reference's ids."""
+    from kimi_tok import encoder
+
+    monkeypatch.setattr(encoder, "MERGE_SLICE_BYTES", 64)
+    tok = make_tokenizer(4, "threads")
+    words = ["zq" + "x" * k + "vj" for k in range(5, 400, 7)]
+    rng = np.random.default_rng(1)
+    text = "\n".join(rng.choice(words, 3_000).tolist()) + "\n" + "q" * 30_000
+    assert_parity(tok, ref, [(text, False), ("\n".join(words), False)])

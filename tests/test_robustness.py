@@ -581,9 +581,10 @@ print(json.dumps({"interrupted_after": interrupted, "threads_before": threads_be
 """
 
 
-def _interrupt(args: list[str]) -> tuple[subprocess.Popen, str, str, float]:
+def _interrupt(args: list[str], backend: str) -> tuple[subprocess.Popen, str, str, float]:
     """Start the child, send SIGINT 0.3 s into its long call; returns it, its output and the exit delay."""
-    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_CHILD, *args], cwd=REPO_ROOT, env=child_env(),
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_CHILD, *args], cwd=REPO_ROOT,
+                            env={**child_env(), "KIMI_TOK_BACKEND": backend},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -599,23 +600,25 @@ def _interrupt(args: list[str]) -> tuple[subprocess.Popen, str, str, float]:
             proc.wait()
 
 
-def test_ctrl_c_during_a_parallel_call_exits_promptly():
-    """SIGINT during a 40M-character call on two threads: KeyboardInterrupt, and the process is gone
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_ctrl_c_during_a_parallel_call_exits_promptly(backend):
+    """SIGINT during a 40M-character call on two workers: KeyboardInterrupt, and the process is gone
     within a few seconds (queued work is cancelled; running chunks finish)."""
-    proc, out, err, delay = _interrupt(["uncaught"])
+    proc, out, err, delay = _interrupt(["uncaught"], backend)
     assert "finished" not in out, "the call ended before the interrupt: make the text longer"
     assert "KeyboardInterrupt" in err, err[-2000:]
     assert proc.returncode != 0
     assert delay < 5, f"exit took {delay:.1f} s after SIGINT"
 
 
-def test_tokenizer_after_a_caught_ctrl_c_is_correct(tmp_path, ref):
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_tokenizer_after_a_caught_ctrl_c_is_correct(tmp_path, ref, backend):
     """Catch the KeyboardInterrupt, then encode with the same Tokenizer (parallel and not): the
     reference's ids, and no thread was added."""
     segments = sample_prompt(700_000, seed=77) + [("<|open|>x\ud800" + " " * 30_000, True)]
     out_path, in_path = tmp_path / "ids.npy", tmp_path / "segments.json"
     in_path.write_text(json.dumps(segments), "utf-8")
-    proc, out, err, delay = _interrupt(["caught", str(in_path), str(out_path)])
+    proc, out, err, delay = _interrupt(["caught", str(in_path), str(out_path)], backend)
     assert proc.returncode == 0, err[-3000:]
     report = json.loads(out.strip().splitlines()[-1])
     assert report["interrupted_after"] < 3
