@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .records import json_type, segments_from_json
+
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 STDIN = "-"
 
@@ -84,11 +86,6 @@ def _name(source: str) -> str:
     return "stdin" if source == STDIN else source
 
 
-def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
-    return names.get(type(value), "a number")
-
-
 def _parse_json(text: str, where: str) -> Any:
     try:
         return json.loads(text)
@@ -98,14 +95,10 @@ def _parse_json(text: str, where: str) -> Any:
 
 def _segments_from_json(data: Any, where: str) -> list[tuple[str, bool]]:
     """``[[text, allow_special], ...]`` checked item by item."""
-    if not isinstance(data, list):
-        raise UserError(f"{where}: expected a list of [text, allow_special] pairs, got {_json_type(data)}")
-    for i, seg in enumerate(data):
-        if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[0], str) and isinstance(seg[1], bool)):
-            shown = json.dumps(seg, ensure_ascii=False)
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            raise UserError(f"{where}: segment {i} must be [text, allow_special] (a string and true/false), got {shown}")
-    return [(text, allow) for text, allow in data]
+    try:
+        return segments_from_json(data)
+    except ValueError as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 def _jsonl_line_segments(line: str, where: str, allow_special: bool) -> list[tuple[str, bool]]:
@@ -115,7 +108,7 @@ def _jsonl_line_segments(line: str, where: str, allow_special: bool) -> list[tup
         return [(data, allow_special)]
     if isinstance(data, list):
         return _segments_from_json(data, where)
-    raise UserError(f"{where}: expected a JSON string or a list of [text, allow_special] pairs, got {_json_type(data)}")
+    raise UserError(f"{where}: expected a JSON string or a list of [text, allow_special] pairs, got {json_type(data)}")
 
 
 def _jsonl_lines(source: str) -> list[tuple[str, str]]:
@@ -208,7 +201,7 @@ def cmd_count(args) -> int:
 
 def _ids_from_json(data: Any, where: str) -> list[int]:
     if not isinstance(data, list):
-        raise UserError(f"{where}: expected a list of token ids, got {_json_type(data)}")
+        raise UserError(f"{where}: expected a list of token ids, got {json_type(data)}")
     for i, value in enumerate(data):
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"{where}: item {i} is {json.dumps(value)}, not an integer token id")
