@@ -7,6 +7,7 @@
     kimi-tok decode ids.npy
     kimi-tok verify
     kimi-tok export-hf tokenizer.json
+    kimi-tok corpus train.jsonl --out train.tok
     kimi-tok bench --quick
 
 A mistake in the command line or its input prints one line, ``kimi-tok: error: ...``,
@@ -50,6 +51,7 @@ examples:
   kimi-tok decode ids.npy                       ids (.npy or JSON) back to text
   kimi-tok verify                               compare with tiktoken on sample prompts
   kimi-tok export-hf tokenizer.json             a Hugging Face tokenizer.json
+  kimi-tok corpus a.jsonl b.jsonl --out DIR     JSONL documents -> .npy shards (resumable; --scheduler: Dask)
   kimi-tok bench --quick                        the benchmark (needs the source checkout)
 
 run "kimi-tok COMMAND --help" for the options of one command; "python -m kimi_tok" is the same program."""
@@ -307,6 +309,23 @@ def cmd_export_hf(args) -> int:
     return EXIT_OK
 
 
+def cmd_corpus(args) -> int:
+    """Tokenize JSONL documents into .npy shards in --out (resumable); print a one-line summary."""
+    from .corpus import encode_corpus
+
+    try:
+        summary = encode_corpus(
+            args.inputs, args.out, text_field=args.text_field, segments_field=args.segments_field,
+            allow_special=args.allow_special, tiktoken_safe=not args.no_tiktoken_safe,
+            docs_per_shard=args.docs_per_shard, max_shard_bytes=args.max_shard_bytes, n_jobs=args.n_jobs,
+            scheduler=args.scheduler, on_error=args.on_error, progress=not args.quiet,
+        )
+    except (ValueError, OSError, ImportError) as e:
+        raise UserError(str(e)) from None
+    print(summary)
+    return EXIT_OK
+
+
 REPO_ENV = "KIMI_TOK_REPO"
 
 
@@ -339,6 +358,10 @@ def _add_text_input(p: argparse.ArgumentParser) -> None:
                        help="the input is a JSON list of [text, allow_special] pairs, each encoded on its own")
     shape.add_argument("--jsonl", action="store_true",
                        help="the input has one JSON value per line: a text (a string) or a segments list")
+    _add_encoding_flags(p)
+
+
+def _add_encoding_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-special", action="store_true",
                    help="encode special-token text (e.g. <|open|>) as control tokens; default: as plain text")
     p.add_argument("--no-tiktoken-safe", action="store_true",
@@ -392,6 +415,30 @@ def build_parser() -> argparse.ArgumentParser:
                                    "kimi_tok's ids without tiktoken-safe chunking (see kimi_tok/hf.py).")
     p.add_argument("out", nargs="?", default="tokenizer.json", help="the file (or a directory) to write; default tokenizer.json")
     p.set_defaults(func=cmd_export_hf)
+
+    from .corpus import DEFAULT_DOCS_PER_SHARD, DEFAULT_MAX_SHARD_BYTES, ON_ERROR
+
+    p = sub.add_parser("corpus", help="tokenize JSONL documents into .npy shards (resumable; local processes or Dask)",
+                       description="Tokenize JSONL files (one JSON object per line) into shards of uint32 ids plus "
+                                   "offsets in --out, with a manifest.json. Rerun the same command to resume an "
+                                   "interrupted run. With --scheduler the shards are encoded on a Dask cluster whose "
+                                   "workers see the inputs and --out at the same paths (a shared filesystem).")
+    p.add_argument("inputs", nargs="+", metavar="IN", help="JSONL files")
+    p.add_argument("--out", required=True, metavar="DIR", help="the output directory (new, empty, or a run to resume)")
+    p.add_argument("--text-field", default="text", metavar="NAME", help="the field holding each document's text (default text)")
+    p.add_argument("--segments-field", metavar="NAME",
+                   help="read a rendered chat, [[text, allow_special], ...], from this field instead of a text")
+    _add_encoding_flags(p)
+    p.add_argument("--docs-per-shard", type=_positive_int, default=DEFAULT_DOCS_PER_SHARD, metavar="N",
+                   help=f"input lines per shard (default {DEFAULT_DOCS_PER_SHARD})")
+    p.add_argument("--max-shard-bytes", type=_positive_int, default=DEFAULT_MAX_SHARD_BYTES, metavar="N",
+                   help=f"a shard ends early at this much input (default {DEFAULT_MAX_SHARD_BYTES >> 20} MiB)")
+    p.add_argument("--n-jobs", type=_positive_int, metavar="N", help="worker processes (default: all cores / Dask workers)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask scheduler, e.g. tcp://10.0.0.1:8786")
+    p.add_argument("--on-error", choices=ON_ERROR, default="stop",
+                   help="at a bad record: stop with FILE:LINE (default), or skip it into DIR/errors.jsonl")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_corpus)
 
     sub.add_parser("bench", add_help=False, help="run the headline benchmark (needs the source checkout); "
                                                  "arguments go to bench.bench, e.g. --quick or --help")
