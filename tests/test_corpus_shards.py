@@ -208,11 +208,19 @@ def test_loky_pool_writes_identical_shards(local_run, corpus_files, tmp_path):
 @pytest.fixture(scope="module")
 def dask_client():
     """A real LocalCluster: two worker processes that import this checkout's kimi_tok."""
-    distributed = pytest.importorskip("distributed")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  timeout="60s") as cluster, distributed.Client(cluster, timeout="60s") as client:
-        yield client
+    import distributed
+
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), saved]))  # read at worker start
+    try:
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                      timeout="60s") as cluster, distributed.Client(cluster, timeout="60s") as client:
+            yield client
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def test_dask_cluster_writes_identical_shards(local_run, corpus_files, tmp_path, dask_client):
@@ -229,6 +237,20 @@ def test_dask_by_scheduler_address_stops_at_a_bad_record(corpus_files, tmp_path,
     path.write_bytes(corpus_files["texts"][0].read_bytes() + b'{"text": 7}\n')
     with pytest.raises(CorpusError, match=f"bad.jsonl:{N_TEXT_DOCS // 2 + 1}: field 'text' must be a string"):
         encode_corpus(path, tmp_path / "out", docs_per_shard=37, scheduler=dask_client.scheduler.address)
+
+
+def test_dask_backend_without_dask_or_client_says_what_to_do(corpus_files, tmp_path, monkeypatch):
+    import distributed
+
+    def no_client():
+        raise ValueError("No clients found")
+
+    monkeypatch.setattr(distributed, "get_client", no_client)
+    with pytest.raises(ValueError, match="needs a running distributed.Client, or scheduler="):
+        encode_corpus(corpus_files["texts"], tmp_path / "a", backend="dask")
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if dask were not installed
+    with pytest.raises(ImportError, match=r"pip install 'kimi_tok\[dask\]'"):
+        encode_corpus(corpus_files["texts"], tmp_path / "b", backend="dask")
 
 
 # -- bad records ------------------------------------------------------------------------------------
