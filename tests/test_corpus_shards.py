@@ -230,6 +230,9 @@ def test_dask_cluster_writes_identical_shards(local_run, corpus_files, tmp_path,
     _assert_identical(local_run, out)
     workers = dask_client.run(lambda: sys.modules["kimi_tok"].__file__)
     assert len(workers) == 2 and all(Path(f).resolve().parent.parent == REPO_ROOT for f in workers.values())
+    # the vocabulary was loaded at most once per worker process, not per task (8 shards)
+    loads = dask_client.run(lambda: sys.modules["kimi_tok"]._kimi_k3.cache_info().misses)
+    assert 1 <= sum(loads.values()) <= 2 and max(loads.values()) == 1
 
 
 def test_dask_by_scheduler_address_stops_at_a_bad_record(corpus_files, tmp_path, dask_client):
