@@ -67,6 +67,8 @@ from .load import KIMI_K3_SHA256
 from .records import json_type, segments_from_json
 from .segments import pack_segments
 
+__all__ = ["Corpus", "CorpusError", "CorpusSummary", "encode_corpus"]
+
 FORMAT = "kimi_tok.corpus/1"
 MANIFEST = "manifest.json"
 ERRORS = "errors.jsonl"
