@@ -7,6 +7,7 @@
     kimi-tok decode ids.npy
     kimi-tok verify
     kimi-tok export-hf tokenizer.json
+    kimi-tok corpus train.jsonl --out train.tok
     kimi-tok bench --quick
 
 A mistake in the command line or its input prints one line, ``kimi-tok: error: ...``,
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .records import json_type, segments_from_json
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 STDIN = "-"
@@ -48,6 +51,7 @@ examples:
   kimi-tok decode ids.npy                       ids (.npy or JSON) back to text
   kimi-tok verify                               compare with tiktoken on sample prompts
   kimi-tok export-hf tokenizer.json             a Hugging Face tokenizer.json
+  kimi-tok corpus a.jsonl b.jsonl --out DIR     JSONL documents -> .npy shards (resumable; --scheduler: Dask)
   kimi-tok bench --quick                        the benchmark (needs the source checkout)
 
 run "kimi-tok COMMAND --help" for the options of one command; "python -m kimi_tok" is the same program."""
@@ -84,11 +88,6 @@ def _name(source: str) -> str:
     return "stdin" if source == STDIN else source
 
 
-def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
-    return names.get(type(value), "a number")
-
-
 def _parse_json(text: str, where: str) -> Any:
     try:
         return json.loads(text)
@@ -98,14 +97,10 @@ def _parse_json(text: str, where: str) -> Any:
 
 def _segments_from_json(data: Any, where: str) -> list[tuple[str, bool]]:
     """``[[text, allow_special], ...]`` checked item by item."""
-    if not isinstance(data, list):
-        raise UserError(f"{where}: expected a list of [text, allow_special] pairs, got {_json_type(data)}")
-    for i, seg in enumerate(data):
-        if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[0], str) and isinstance(seg[1], bool)):
-            shown = json.dumps(seg, ensure_ascii=False)
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            raise UserError(f"{where}: segment {i} must be [text, allow_special] (a string and true/false), got {shown}")
-    return [(text, allow) for text, allow in data]
+    try:
+        return segments_from_json(data)
+    except ValueError as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 def _jsonl_line_segments(line: str, where: str, allow_special: bool) -> list[tuple[str, bool]]:
@@ -115,7 +110,7 @@ def _jsonl_line_segments(line: str, where: str, allow_special: bool) -> list[tup
         return [(data, allow_special)]
     if isinstance(data, list):
         return _segments_from_json(data, where)
-    raise UserError(f"{where}: expected a JSON string or a list of [text, allow_special] pairs, got {_json_type(data)}")
+    raise UserError(f"{where}: expected a JSON string or a list of [text, allow_special] pairs, got {json_type(data)}")
 
 
 def _jsonl_lines(source: str) -> list[tuple[str, str]]:
@@ -208,7 +203,7 @@ def cmd_count(args) -> int:
 
 def _ids_from_json(data: Any, where: str) -> list[int]:
     if not isinstance(data, list):
-        raise UserError(f"{where}: expected a list of token ids, got {_json_type(data)}")
+        raise UserError(f"{where}: expected a list of token ids, got {json_type(data)}")
     for i, value in enumerate(data):
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"{where}: item {i} is {json.dumps(value)}, not an integer token id")
@@ -314,6 +309,23 @@ def cmd_export_hf(args) -> int:
     return EXIT_OK
 
 
+def cmd_corpus(args) -> int:
+    """Tokenize JSONL documents into .npy shards in --out (resumable); print a one-line summary."""
+    from .corpus import encode_corpus
+
+    try:
+        summary = encode_corpus(
+            args.inputs, args.out, text_field=args.text_field, segments_field=args.segments_field,
+            allow_special=args.allow_special, tiktoken_safe=not args.no_tiktoken_safe,
+            docs_per_shard=args.docs_per_shard, max_shard_bytes=args.max_shard_bytes, n_jobs=args.n_jobs,
+            scheduler=args.scheduler, on_error=args.on_error, progress=not args.quiet,
+        )
+    except (ValueError, OSError, ImportError) as e:
+        raise UserError(str(e)) from None
+    print(summary)
+    return EXIT_OK
+
+
 REPO_ENV = "KIMI_TOK_REPO"
 
 
@@ -346,6 +358,10 @@ def _add_text_input(p: argparse.ArgumentParser) -> None:
                        help="the input is a JSON list of [text, allow_special] pairs, each encoded on its own")
     shape.add_argument("--jsonl", action="store_true",
                        help="the input has one JSON value per line: a text (a string) or a segments list")
+    _add_encoding_flags(p)
+
+
+def _add_encoding_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-special", action="store_true",
                    help="encode special-token text (e.g. <|open|>) as control tokens; default: as plain text")
     p.add_argument("--no-tiktoken-safe", action="store_true",
@@ -399,6 +415,30 @@ def build_parser() -> argparse.ArgumentParser:
                                    "kimi_tok's ids without tiktoken-safe chunking (see kimi_tok/hf.py).")
     p.add_argument("out", nargs="?", default="tokenizer.json", help="the file (or a directory) to write; default tokenizer.json")
     p.set_defaults(func=cmd_export_hf)
+
+    from .corpus import DEFAULT_DOCS_PER_SHARD, DEFAULT_MAX_SHARD_BYTES, ON_ERROR
+
+    p = sub.add_parser("corpus", help="tokenize JSONL documents into .npy shards (resumable; local processes or Dask)",
+                       description="Tokenize JSONL files (one JSON object per line) into shards of uint32 ids plus "
+                                   "offsets in --out, with a manifest.json. Rerun the same command to resume an "
+                                   "interrupted run. With --scheduler the shards are encoded on a Dask cluster whose "
+                                   "workers see the inputs and --out at the same paths (a shared filesystem).")
+    p.add_argument("inputs", nargs="+", metavar="IN", help="JSONL files")
+    p.add_argument("--out", required=True, metavar="DIR", help="the output directory (new, empty, or a run to resume)")
+    p.add_argument("--text-field", default="text", metavar="NAME", help="the field holding each document's text (default text)")
+    p.add_argument("--segments-field", metavar="NAME",
+                   help="read a rendered chat, [[text, allow_special], ...], from this field instead of a text")
+    _add_encoding_flags(p)
+    p.add_argument("--docs-per-shard", type=_positive_int, default=DEFAULT_DOCS_PER_SHARD, metavar="N",
+                   help=f"input lines per shard (default {DEFAULT_DOCS_PER_SHARD})")
+    p.add_argument("--max-shard-bytes", type=_positive_int, default=DEFAULT_MAX_SHARD_BYTES, metavar="N",
+                   help=f"a shard ends early at this much input (default {DEFAULT_MAX_SHARD_BYTES >> 20} MiB)")
+    p.add_argument("--n-jobs", type=_positive_int, metavar="N", help="worker processes (default: all cores / Dask workers)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="run on this Dask scheduler, e.g. tcp://10.0.0.1:8786")
+    p.add_argument("--on-error", choices=ON_ERROR, default="stop",
+                   help="at a bad record: stop with FILE:LINE (default), or skip it into DIR/errors.jsonl")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_corpus)
 
     sub.add_parser("bench", add_help=False, help="run the headline benchmark (needs the source checkout); "
                                                  "arguments go to bench.bench, e.g. --quick or --help")
