@@ -26,7 +26,8 @@ from .chunking import cut_chunks, cut_substrings
 from .encoder import ID_DTYPE, SubstringEncoder
 from .load import Vocabulary
 from .parallel import (
-    MIN_BYTES_PER_JOB, UNIT_BYTES, check_backend, check_n_jobs, encode_on_threads, split_spans,
+    MIN_BYTES_PER_JOB, MIN_BYTES_PER_PROCESS_JOB, UNIT_BYTES, check_backend, check_n_jobs, encode_on_threads,
+    split_spans,
 )
 from .pretokenize import KIMI_PATTERN, split_at_safe_points
 from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache, check_segment_cache_bytes
@@ -315,9 +316,10 @@ class Tokenizer:
         )
         sub_allow = packed.allow_special[chunk_segment[sub_chunk]]
         clock.lap("run cuts")
-        if n_jobs > 1 and self._splits_after_newline and buf.shape[0] >= MIN_BYTES_PER_JOB:
+        min_bytes = MIN_BYTES_PER_JOB if self.backend == "threads" else MIN_BYTES_PER_PROCESS_JOB
+        if n_jobs > 1 and self._splits_after_newline and buf.shape[0] >= 2 * min_bytes:
             sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow, UNIT_BYTES)
-        groups = split_spans(sub_start, sub_end, n_jobs)
+        groups = split_spans(sub_start, sub_end, n_jobs, min_bytes)
         if len(groups) == 1:
             ids, run_start, run_out_end = self._encoder.encode(buf, sub_start, sub_end, sub_allow, clock)
         elif self.backend == "threads":

@@ -122,6 +122,21 @@ class SubstringEncoder:
             routing.merge_misses(self.tables, buf, misses.start, misses.end, misses.route, route, first, last,
                                  misses.at, misses.ids, misses.count, route_caches.caches[route])
 
+    def merge_long_miss(self, buf, misses: "Misses", same: list[int], stop: threading.Event) -> None:
+        """Phase 2, a long miss (a task of its own, so that a few long pieces do not load one
+        route): merged once with a piece cache from the pool, then copied to its repeats."""
+        if stop.is_set():
+            return
+        first = same[0]
+        with self.piece_caches.borrow() as cache:
+            routing.merge_misses(self.tables, buf, misses.start, misses.end, misses.route, routing.LONG_MISS,
+                                 first, first + 1, misses.at, misses.ids, misses.count, cache)
+        n = misses.count[first]
+        ids = misses.ids[misses.at[first]:misses.at[first] + n]
+        for m in same[1:]:
+            misses.ids[misses.at[m]:misses.at[m] + n] = ids
+            misses.count[m] = n
+
     @staticmethod
     def assemble(group: GroupPieces, misses: "Misses", first_miss: int, out, out_at: int) -> np.ndarray:
         """Phase 3: the group's ids into ``out[out_at:]``; returns its ``run_out_end``."""
@@ -147,11 +162,20 @@ class Misses(NamedTuple):
         cuts = np.searchsorted(self.at, np.arange(MERGE_SLICE_BYTES, n_bytes, MERGE_SLICE_BYTES))
         return [0, *np.unique(cuts).tolist(), self.start.shape[0]]
 
+    def long_misses(self, buf) -> list[list[int]]:
+        """The long misses (``routing.LONG_MISS``), identical ones together, longest first."""
+        same: dict[bytes, list[int]] = {}
+        for m in np.flatnonzero(self.route == routing.LONG_MISS).tolist():
+            same.setdefault(buf[self.start[m]:self.end[m]].tobytes(), []).append(m)
+        return sorted(same.values(), key=lambda ms: int(self.start[ms[0]] - self.end[ms[0]]))
+
     @classmethod
     def of(cls, groups: list[GroupPieces]) -> "Misses":
         start = np.concatenate([g.miss_start for g in groups])
         end = np.concatenate([g.miss_end for g in groups])
+        route = np.concatenate([g.miss_route for g in groups])
+        route[end - start >= routing.LONG_MISS_BYTES] = routing.LONG_MISS
         at = np.zeros(start.shape[0] + 1, dtype=np.int64)
         np.cumsum(end - start, out=at[1:])
-        return cls(start, end, np.concatenate([g.miss_route for g in groups]), at[:-1],
-                   np.empty(int(at[-1]), dtype=ID_DTYPE), np.zeros(start.shape[0], dtype=np.int64))
+        return cls(start, end, route, at[:-1], np.empty(int(at[-1]), dtype=ID_DTYPE),
+                   np.zeros(start.shape[0], dtype=np.int64))

@@ -41,6 +41,10 @@ DEFAULT_BACKEND = "threads"  # measured: see README "Many cores"
 # 0.3M chars 1.01x, 0.6M 1.18x, 1.0M 1.51x, 1.6M 1.35x, 2.4M 1.55x, 4M 1.60x; with 128 KB per job 0.3M and
 # 0.6M got slower (0.89x, 0.96x), so a call fans out from 256 KB per job.
 MIN_BYTES_PER_JOB = 1 << 18
+# Processes pay for the text file, pickled ids and worker wake-up: 2 workers vs 1 thread measured 0.72x at
+# 0.3M chars, 0.94x at 0.6M, 1.01x at 1.0M (threads: 0.86x, 1.02x, 1.41x with 64 KB per job), so they fan out
+# from 1 MB per job.
+MIN_BYTES_PER_PROCESS_JOB = 1 << 20
 UNIT_BYTES = 1 << 18  # long sub-strings are split (where provably safe) into units of about this size
 GROUPS_PER_JOB = 4  # smaller groups even out text that costs more per byte (CJK, long runs)
 
@@ -95,11 +99,13 @@ def thread_pool(n_workers: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def split_spans(run_start: np.ndarray, run_end: np.ndarray, n_jobs: int) -> list[tuple[int, int]]:
-    """Contiguous run ranges ``[(r0, r1), ...]`` of about equal total bytes (one if ``n_jobs == 1``)."""
+def split_spans(run_start: np.ndarray, run_end: np.ndarray, n_jobs: int,
+                min_bytes_per_job: int = MIN_BYTES_PER_JOB) -> list[tuple[int, int]]:
+    """Contiguous run ranges ``[(r0, r1), ...]`` of about equal total bytes, none under
+    ``min_bytes_per_job`` (one range if ``n_jobs == 1`` or the input is short)."""
     n_runs = run_start.shape[0]
     total = int(run_end[-1] - run_start[0]) if n_runs else 0
-    jobs = 1 if n_jobs == 1 else min(n_jobs * GROUPS_PER_JOB, max(1, total // MIN_BYTES_PER_JOB), n_runs)
+    jobs = 1 if n_jobs == 1 else min(n_jobs * GROUPS_PER_JOB, max(1, total // min_bytes_per_job), n_runs)
     if jobs <= 1:
         return [(0, n_runs)]
     targets = run_start[0] + (np.arange(1, jobs) * total) // jobs
@@ -121,8 +127,12 @@ def encode_on_threads(encoder, buf, sub_start, sub_end, sub_allow, groups, n_job
             ))
             misses = Misses.of(pieces)
             if misses.start.shape[0]:
-                list(pool.map(lambda route: encoder.merge_misses(buf, misses, route, route_caches, stop),
-                              range(n_jobs)))
+                long_misses = misses.long_misses(buf)
+                list(pool.map(
+                    lambda task: (encoder.merge_long_miss(buf, misses, task, stop) if isinstance(task, list)
+                                  else encoder.merge_misses(buf, misses, task, route_caches, stop)),
+                    [*long_misses, *range(n_jobs)],
+                ))
     except BaseException:  # Ctrl-C or an error: routes still merging stop after their slice
         stop.set()
         raise

@@ -12,6 +12,8 @@ instead runs three phases, each in parallel:
    identical pieces meet in one worker and are merged once per call, then served
    from that worker's piece cache. Each miss writes into its own slot of a shared
    arena (a piece of ``b`` bytes has at most ``b`` ids), so workers never collide.
+   Long misses (``LONG_MISS_BYTES``) are tasks of their own (identical ones merged
+   once), scheduled first, longest first, so that they even out rather than pile up.
 3. ``assemble_ids`` (per group): ranks and merged ids go, in input order, straight
    into the call's one output array at the group's offset (known after phase 2).
 
@@ -26,9 +28,6 @@ from typing import NamedTuple
 
 from .bpe import (
     PACKED_COUNT_SHIFT,
-    PIECE_CACHE_ENTRIES,
-    PIECE_CACHE_IDS,
-    PIECE_CACHE_KEY_BYTES,
     SHORT_TOKEN_BYTES,
     encode_unknown_piece,
     find_short_piece,
@@ -43,6 +42,10 @@ from .jit import kernel, leaf
 
 ROUTE_SHIFT = np.uint64(32)  # route by the high bits: the low bits pick hash-table slots
 MISS = np.uint64(0)  # piece_value of a piece phase 1 could not resolve
+# a miss this long (~150 ns a byte to merge: 0.15 ms and more) is merged as a task of its own
+# rather than by its route: a few 20 KB runs would otherwise load one route with ~10 ms of work
+LONG_MISS_BYTES = 1024
+LONG_MISS = -1  # the "route" of a long miss
 
 
 @leaf
@@ -187,18 +190,8 @@ class RouteCaches(NamedTuple):
 
 
 def new_route_caches(tables, n_routes: int) -> RouteCaches:
-    """Route caches whose total capacity is one ``PieceCache``'s (each holds 1/n of the pieces)."""
+    """A full-size piece cache per route (as many caches as the threads used to keep, but each
+    holds only its route's pieces, so together they remember ``n_routes`` times more)."""
     short_tables = np.tile(tables.short_slots, (n_routes, 1))
-    shift = (n_routes - 1).bit_length()  # sizes stay powers of two (the hash tables need it)
-    scale = lambda size, floor: max(size >> shift, floor)  # noqa: E731
-    caches = [
-        new_piece_cache(tables, entries=scale(PIECE_CACHE_ENTRIES, MIN_ROUTE_CACHE_ENTRIES),
-                        key_bytes=scale(PIECE_CACHE_KEY_BYTES, MIN_ROUTE_CACHE_BYTES),
-                        ids=scale(PIECE_CACHE_IDS, MIN_ROUTE_CACHE_BYTES), short_slots=short_tables[route])
-        for route in range(n_routes)
-    ]
-    return RouteCaches(short_tables, caches)
-
-
-MIN_ROUTE_CACHE_ENTRIES = 1 << 14
-MIN_ROUTE_CACHE_BYTES = 1 << 18
+    return RouteCaches(short_tables, [new_piece_cache(tables, short_slots=short_tables[route])
+                                      for route in range(n_routes)])

@@ -61,7 +61,9 @@ def fan_outs(monkeypatch):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("n_jobs", [1, 2, 4])
-def test_long_prompts_match_the_reference(tokenizers, ref, fan_outs, backend, n_jobs):
+def test_long_prompts_match_the_reference(tokenizers, ref, fan_outs, monkeypatch, backend, n_jobs):
+    # processes fan out from 1 MB per job; these ~1.5 MB prompts should use them too
+    monkeypatch.setattr(core, "MIN_BYTES_PER_PROCESS_JOB", parallel.MIN_BYTES_PER_JOB)
     for seed in (3, 4):
         assert_parity(tokenizers[(backend, n_jobs)], ref, hostile_long_prompt(seed))
     assert fan_outs[backend] == (2 if n_jobs > 1 else 0)  # really parallel (and never for n_jobs=1)
@@ -70,8 +72,8 @@ def test_long_prompts_match_the_reference(tokenizers, ref, fan_outs, backend, n_
 @pytest.fixture()
 def small_groups(monkeypatch):
     """Fan out from 4 KB, split long sub-strings into 2 KB units: dozens of groups per call."""
-    monkeypatch.setattr(parallel, "MIN_BYTES_PER_JOB", 4096)
     monkeypatch.setattr(core, "MIN_BYTES_PER_JOB", 4096)
+    monkeypatch.setattr(core, "MIN_BYTES_PER_PROCESS_JOB", 4096)
     monkeypatch.setattr(core, "UNIT_BYTES", 2048)
 
 
@@ -116,8 +118,9 @@ def test_identical_pieces_are_merged_once_by_their_route(small_groups):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_concurrent_callers_share_one_parallel_tokenizer(ref, backend):
+def test_concurrent_callers_share_one_parallel_tokenizer(ref, fan_outs, monkeypatch, backend):
     """6 threads call one n_jobs=2 Tokenizer at once (3 rounds): everyone gets the sequential ids."""
+    monkeypatch.setattr(core, "MIN_BYTES_PER_PROCESS_JOB", parallel.MIN_BYTES_PER_JOB)
     tok = make_tokenizer(2, backend)
     prompts = [sample_prompt(n, seed=300 + k) for k, n in enumerate([700_000, 20_000, 600_000, 0, 550_000, 90_000])]
     sequential = [make_tokenizer(1, "threads").encode_to_numpy(p) for p in prompts]
@@ -127,6 +130,7 @@ def test_concurrent_callers_share_one_parallel_tokenizer(ref, backend):
             results = list(pool.map(lambda k: (k, tok.encode_to_numpy(prompts[k])), range(len(prompts))))
             for k, ids in results:
                 assert np.array_equal(ids, sequential[k]), f"prompt {k} differs when callers run at once"
+    assert fan_outs[backend] == 3 * 3  # the three long prompts fanned out in every round
 
 
 def test_backend_argument_and_environment(monkeypatch):
@@ -165,13 +169,17 @@ def test_workers_map_the_tables_instead_of_pickling_them():
     assert ids.tolist() == tok.encode(text, allow_special=True).ids
 
 
-def test_a_process_pool_stays_warm_between_calls():
+def test_a_process_pool_stays_warm_between_calls(fan_outs, monkeypatch):
+    """The same loky executor and worker processes serve consecutive calls."""
+    monkeypatch.setattr(core, "MIN_BYTES_PER_PROCESS_JOB", parallel.MIN_BYTES_PER_JOB)
     tok = make_tokenizer(2, "processes")
     segments = sample_prompt(700_000, seed=5)
     tok.encode_segments(segments)
     pool = workers.process_pool(2)
+    pids = set(pool._processes)
     tok.encode_segments(segments)
-    assert workers.process_pool(2) is pool
+    assert workers.process_pool(2) is pool and set(pool._processes) == pids
+    assert fan_outs["processes"] == 2
 
 
 def test_misses_merged_in_many_small_slices(small_groups, monkeypatch, ref):

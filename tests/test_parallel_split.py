@@ -26,7 +26,6 @@ NEWLINE_HEAVY = [
 def tiny_units(monkeypatch):
     monkeypatch.setattr(core, "UNIT_BYTES", 16)
     monkeypatch.setattr(core, "MIN_BYTES_PER_JOB", 1)
-    monkeypatch.setattr(kimi_tok.parallel, "MIN_BYTES_PER_JOB", 64)
     vocabulary, specials = kimi_tok.embedded_kimi_k3()
     return kimi_tok.Tokenizer(vocabulary, specials, n_jobs=4, segment_cache_bytes=0)
 
