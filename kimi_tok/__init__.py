@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 def kimi_k3(
     n_jobs: int | None = None,
     segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES,
+    *,
     backend: str | None = None,
 ) -> Tokenizer:
     """The Kimi K3 tokenizer from the vocabulary shipped in the package (sha256-checked).
