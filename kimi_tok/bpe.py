@@ -488,7 +488,8 @@ def new_piece_cache(tables: BpeTables, entries: int = PIECE_CACHE_ENTRIES,
 
 
 class PieceCachePool:
-    """Piece caches lent to one call at a time (kernels write to them, so no two calls share one).
+    """Piece caches (or sets of them, one per route) lent to one call at a time: kernels write
+    to them, so no two calls share one.
 
     A call borrows a free cache, or a new one when none is free; on return at most
     ``keep`` caches are kept, so memory stays bounded however many threads call,

@@ -193,3 +193,21 @@ def test_misses_merged_in_many_small_slices(small_groups, monkeypatch, ref):
     rng = np.random.default_rng(1)
     text = "\n".join(rng.choice(words, 3_000).tolist()) + "\n" + "q" * 30_000
     assert_parity(tok, ref, [(text, False), ("\n".join(words), False)])
+
+
+def test_killed_worker_processes_are_replaced(fan_outs, monkeypatch):
+    """Workers killed between calls (the OOM killer, say): the next call gets a fresh pool and the
+    right ids."""
+    import signal
+    import time
+
+    monkeypatch.setattr(core, "MIN_BYTES_PER_PROCESS_JOB", parallel.MIN_BYTES_PER_JOB)
+    tok = make_tokenizer(2, "processes")
+    segments = sample_prompt(700_000, seed=6)
+    expected = make_tokenizer(1, "threads").encode_to_numpy(segments)
+    assert np.array_equal(tok.encode_to_numpy(segments), expected)
+    for pid in list(workers.process_pool(2)._processes):
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert np.array_equal(tok.encode_to_numpy(segments), expected)
+    assert fan_outs["processes"] == 2
