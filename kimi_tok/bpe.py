@@ -51,6 +51,7 @@ NO_SHORT_KEY = np.uint64(0)  # an empty slot (real keys carry a non-zero length)
 PACKED_ID_BITS = 20  # a short piece's value: up to 3 ids below 2**20 and their count in one uint64
 PACKED_ID_MASK = (1 << PACKED_ID_BITS) - 1
 MAX_PACKED_IDS = 3
+MAX_VOCABULARY_TOKENS = 1 << PACKED_ID_BITS  # every rank must fit a packed id
 PACKED_COUNT_SHIFT = MAX_PACKED_IDS * PACKED_ID_BITS
 CACHE_DIR_ENV = "KIMI_TOK_CACHE_DIR"
 TABLES_FORMAT = 2  # part of the cache file name, with a digest of this module's source
@@ -132,6 +133,11 @@ def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeT
     Raises ``ValueError`` when a token repeats or a single byte has no token.
     """
     n_tokens = token_offsets.shape[0] - 1
+    if n_tokens > MAX_VOCABULARY_TOKENS:
+        raise ValueError(
+            f"vocabulary of {n_tokens:,} tokens: at most {MAX_VOCABULARY_TOKENS:,} are supported "
+            f"(short pieces pack their ids in {PACKED_ID_BITS} bits)"
+        )
     slots, duplicate = build_span_table(token_bytes, token_offsets, table_size_for(n_tokens))
     if duplicate >= 0:
         raise ValueError(f"vocabulary token of rank {duplicate} repeats an earlier token")

@@ -458,6 +458,20 @@ def test_vocabulary_with_unusual_rank_order_matches_tiktoken(tmp_path):
     assert loaded.decode(loaded.encode("hello abc").ids) == "hello abc"
 
 
+def test_vocabulary_too_large_for_packed_ids_is_refused():
+    """More than 2**20 mergeable tokens: a clear ValueError, never ids cut to 20 bits."""
+    from itertools import islice, product
+
+    from kimi_tok import bpe
+
+    n = bpe.MAX_VOCABULARY_TOKENS + 1
+    tokens = [bytes([b]) for b in range(256)]
+    tokens += [bytes(t) for t in islice(product(range(256), repeat=3), n - len(tokens))]
+    vocabulary = kimi_tok.vocabulary_from_ranks({t: r for r, t in enumerate(tokens)})
+    with pytest.raises(ValueError, match="1,048,577 tokens"):
+        kimi_tok.Tokenizer(vocabulary, {}, segment_cache_bytes=0)
+
+
 def _model_dir(tmp_path: Path, config: bytes) -> Path:
     (tmp_path / "tiktoken.model").write_bytes(GOOD_MODEL)
     (tmp_path / "tokenizer_config.json").write_bytes(config)
