@@ -27,7 +27,9 @@ import numpy as np
 from typing import NamedTuple
 
 from .bpe import (
+    NO_MERGE,
     PACKED_COUNT_SHIFT,
+    PACKED_ID_BITS,
     SHORT_TOKEN_BYTES,
     encode_unknown_piece,
     find_short_piece,
@@ -69,6 +71,13 @@ def one_id(rank):
 
 
 @leaf
+def two_ids(first, second):
+    """A piece value holding two ids."""
+    count = np.uint64(2) << np.uint64(PACKED_COUNT_SHIFT)
+    return count | np.uint64(first) | (np.uint64(second) << np.uint64(PACKED_ID_BITS))
+
+
+@leaf
 def classify_pieces(tables, short_tables, buf, run_start, run_special, first_piece, piece_end, piece_value,
                     miss_start, miss_end, miss_route):
     """One pass over a group's pieces: ``piece_value[p]`` gets the packed ids of piece ``p`` when
@@ -92,6 +101,12 @@ def classify_pieces(tables, short_tables, buf, run_start, run_special, first_pie
             value = MISS
             if length == 1:
                 value = one_id(tables.byte_rank[buf[start]])
+            elif length == 2:  # as in bpe._encode_all: the byte-pair table, or the two bytes
+                rank = tables.byte_pair_rank[np.int64(buf[start]) * 256 + buf[start + 1]]
+                if rank != NO_MERGE:
+                    value = one_id(rank)
+                else:
+                    value = two_ids(tables.byte_rank[buf[start]], tables.byte_rank[buf[start + 1]])
             elif length <= SHORT_TOKEN_BYTES:
                 key = short_key(buf, start, end)
                 h = mix64(key)
