@@ -325,34 +325,39 @@ def merge_small_piece(tables, buf, start, end, parts, ranks):
 @leaf
 def _heap_push(heap, size, value):
     i = size
-    heap[i] = value
-    while i > 0:
+    while i > 0:  # move the hole up while the parent is larger
         parent = (i - 1) >> 1
-        if heap[parent] <= heap[i]:
+        if heap[parent] <= value:
             break
-        heap[parent], heap[i] = heap[i], heap[parent]
+        heap[i] = heap[parent]
         i = parent
+    heap[i] = value
     return size + 1
 
 
 @leaf
 def _heap_pop(heap, size):
+    """Remove the smallest entry. Bottom-up: the hole left at the root goes down along the smaller
+    children to a leaf, then the last entry rises from there (about half the comparisons of a
+    plain sift-down, since the last entry usually belongs near the bottom)."""
     top = heap[0]
     size -= 1
-    heap[0] = heap[size]
+    last = heap[size]
     i = 0
-    while True:
-        smallest = i
-        left = 2 * i + 1
-        right = left + 1
-        if left < size and heap[left] < heap[smallest]:
-            smallest = left
-        if right < size and heap[right] < heap[smallest]:
-            smallest = right
-        if smallest == i:
+    child = 1
+    while child < size:
+        if child + 1 < size and heap[child + 1] < heap[child]:
+            child += 1
+        heap[i] = heap[child]
+        i = child
+        child = 2 * i + 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        if heap[parent] <= last:
             break
-        heap[smallest], heap[i] = heap[i], heap[smallest]
-        i = smallest
+        heap[i] = heap[parent]
+        i = parent
+    heap[i] = last
     return top, size
 
 
