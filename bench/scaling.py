@@ -42,21 +42,26 @@ CHARS_PER_TOKEN = 2.4  # measured on sample_prompt: 4M chars -> 1.65M tokens
 WARMUP_CHARS = 1_000_000  # starts process workers and warms piece caches before timing
 
 
-def kimi_tok_encoder(backend: str, n_jobs: int) -> Callable:
+def kimi_tok_encoder(backend: str, n_jobs: int, hash_routing: bool = False) -> Callable:
     import kimi_tok
 
     vocabulary, specials = kimi_tok.embedded_kimi_k3()
-    tok = kimi_tok.Tokenizer(vocabulary, specials, n_jobs=n_jobs, backend=backend, segment_cache_bytes=0)
+    tok = kimi_tok.Tokenizer(vocabulary, specials, n_jobs=n_jobs, backend=backend, segment_cache_bytes=0,
+                             hash_routing=hash_routing)
     return lambda segments: tok.encode_segments(segments).into_numpy()["ids"]
 
 
 def load_all(backends: Sequence[str], workers: Sequence[int], baselines: Sequence[str]) -> dict[str, Callable]:
+    """``backends``: threads (the default), routed (threads with hash_routing=True), processes."""
     encoders = {}
     for backend in backends:
         for n in workers:
-            if backend == "processes" and n == 1:
+            if backend != "threads" and n == 1:
                 continue  # one worker never fans out: the same as threads/1
-            encoders[f"kimi_tok {backend}/{n}"] = kimi_tok_encoder(backend, n)
+            if backend == "routed":
+                encoders[f"kimi_tok routed/{n}"] = kimi_tok_encoder("threads", n, hash_routing=True)
+            else:
+                encoders[f"kimi_tok {backend}/{n}"] = kimi_tok_encoder(backend, n)
     loaders = {"tiktoken": load_tiktoken, "basetenkenizer": load_basetenkenizer}
     for name in baselines:
         try:
@@ -119,7 +124,7 @@ def plot(results: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for res in results:
         med = res["median_s"]
-        for backend in ("threads", "processes"):
+        for backend in ("threads", "routed", "processes"):
             points = sorted(
                 (int(name.rsplit("/", 1)[1]), m) for name, m in med.items()
                 if name.startswith(f"kimi_tok {backend}/") or (name == "kimi_tok threads/1")
@@ -145,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="100k,1M", help="token sizes, e.g. 100k,1M")
     p.add_argument("--workers", default=default_workers, help=f"n_jobs values (default {default_workers})")
-    p.add_argument("--backends", default="threads,processes")
+    p.add_argument("--backends", default="threads,routed,processes",
+                   help="threads (the default), routed (threads with hash_routing=True), processes")
     p.add_argument("--baselines", default="tiktoken,basetenkenizer")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", help="write all timings here")

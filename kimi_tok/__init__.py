@@ -26,12 +26,14 @@ def kimi_k3(
     segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES,
     *,
     backend: str | None = None,
+    hash_routing: bool = False,
 ) -> Tokenizer:
     """The Kimi K3 tokenizer from the vocabulary shipped in the package (sha256-checked).
 
     ``n_jobs``: workers one long call may use (default: ``KIMI_TOK_N_JOBS`` or the
     cores, at most 8); ``backend``: ``"threads"`` (default, or ``KIMI_TOK_BACKEND``)
-    or ``"processes"``. ``segment_cache_bytes``: budget of the exact segment cache
+    or ``"processes"``; ``hash_routing``: route unknown pieces by hash over the threads
+    (see ``Tokenizer``). ``segment_cache_bytes``: budget of the exact segment cache
     (0 turns it off). The result is cached per arguments: later calls return the
     same (thread-safe) Tokenizer.
     """
@@ -42,14 +44,17 @@ def kimi_k3(
     check_segment_cache_bytes(segment_cache_bytes)
     if backend is not None:
         check_backend(backend)
-    return _kimi_k3(n_jobs, segment_cache_bytes, backend)
+    if not isinstance(hash_routing, bool):
+        raise TypeError(f"hash_routing must be a bool, not {type(hash_routing).__name__}")
+    return _kimi_k3(n_jobs, segment_cache_bytes, backend, hash_routing)
 
 
 @lru_cache(maxsize=8)
-def _kimi_k3(n_jobs: int | None, segment_cache_bytes: int | None, backend: str | None) -> Tokenizer:
+def _kimi_k3(n_jobs: int | None, segment_cache_bytes: int | None, backend: str | None,
+             hash_routing: bool) -> Tokenizer:
     vocabulary, specials = embedded_kimi_k3()
     return Tokenizer(vocabulary, specials, KIMI_PATTERN, name="kimi_k3", n_jobs=n_jobs,
-                     segment_cache_bytes=segment_cache_bytes, backend=backend)
+                     segment_cache_bytes=segment_cache_bytes, backend=backend, hash_routing=hash_routing)
 
 
 kimi_k3.cache_clear = _kimi_k3.cache_clear  # type: ignore[attr-defined]

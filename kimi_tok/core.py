@@ -26,8 +26,8 @@ from .chunking import cut_chunks, cut_substrings
 from .encoder import ID_DTYPE, SubstringEncoder
 from .load import Vocabulary
 from .parallel import (
-    MIN_BYTES_PER_JOB, MIN_BYTES_PER_PROCESS_JOB, UNIT_BYTES, check_backend, check_n_jobs, encode_on_threads,
-    split_spans,
+    MIN_BYTES_PER_JOB, MIN_BYTES_PER_PROCESS_JOB, UNIT_BYTES, check_backend, check_n_jobs,
+    encode_groups_on_threads, encode_on_threads, split_spans,
 )
 from .pretokenize import KIMI_PATTERN, split_at_safe_points
 from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache, check_segment_cache_bytes
@@ -134,6 +134,13 @@ CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
 class Tokenizer:
     """An exact tiktoken-compatible BPE tokenizer (Kimi K3 by default).
 
+    ``n_jobs`` workers of ``backend`` (``"threads"`` or ``"processes"``) share one long
+    call. With threads, each group of text is encoded whole with a piece cache of its
+    own, or, with ``hash_routing=True``, unknown pieces are routed by hash so that each
+    distinct one is merged once per call by one worker (measured slower on 2 cores; see
+    the README's "Many cores"). ``segment_cache_bytes`` bounds the exact segment cache
+    (0: none). The ids are the same whatever these settings.
+
     >>> tok = kimi_tok.kimi_k3()
     >>> tok.encode_segments([("<|open|>", True), ("message", False)]).ids
     [163587, 2113]
@@ -148,9 +155,13 @@ class Tokenizer:
         n_jobs: int | None = None,
         segment_cache_bytes: int | None = DEFAULT_BUDGET_BYTES,
         backend: str | None = None,
+        hash_routing: bool = False,
     ) -> None:
         self.n_jobs = check_n_jobs(n_jobs)
         self.backend = check_backend(backend)
+        if not isinstance(hash_routing, bool):
+            raise TypeError(f"hash_routing must be a bool, not {type(hash_routing).__name__}")
+        self.hash_routing = hash_routing
         check_segment_cache_bytes(segment_cache_bytes)
         self.segment_cache = SegmentCache(segment_cache_bytes) if segment_cache_bytes else None
         special_tokens = dict(special_tokens or {})
@@ -323,9 +334,8 @@ class Tokenizer:
         if len(groups) == 1:
             ids, run_start, run_out_end = self._encoder.encode(buf, sub_start, sub_end, sub_allow, clock)
         elif self.backend == "threads":
-            ids, run_start, run_out_end = encode_on_threads(
-                self._encoder, buf, sub_start, sub_end, sub_allow, groups, n_jobs
-            )
+            fan_out = encode_on_threads if self.hash_routing else encode_groups_on_threads
+            ids, run_start, run_out_end = fan_out(self._encoder, buf, sub_start, sub_end, sub_allow, groups, n_jobs)
         else:
             ids, run_start, run_out_end = encode_on_processes(
                 self._spec_for_workers(), buf, sub_start, sub_end, sub_allow, groups, n_jobs

@@ -6,10 +6,12 @@ and long ones can be cut further where the Kimi pattern always cuts
 contiguous groups of about equal bytes (``split_spans``).
 
 - ``threads``: the compiled stages release the GIL, so threads share the
-  Tokenizer. Groups are pre-tokenized in parallel, pieces that are not vocabulary
-  tokens are hash-routed so identical ones are merged once, by one worker and its
-  piece cache (``routing.py``), and each group writes its ids into the call's
-  one output array (``encode_on_threads``).
+  Tokenizer; each group runs every stage with a piece cache of its own
+  (``encode_groups_on_threads``). With ``hash_routing``, groups are pre-tokenized
+  in parallel, pieces that are not vocabulary tokens are hash-routed so identical
+  ones are merged once, by one worker and its piece cache (``routing.py``), and
+  each group writes its ids into the call's one output array
+  (``encode_on_threads``); measured slower on 2 cores, so it is not the default.
 - ``processes``: joblib's loky process pool (``workers.py``), kept warm between
   calls; workers map the BPE tables from disk and read the text from a shared
   memory-mapped file, so neither is pickled per call.
@@ -146,3 +148,21 @@ def encode_on_threads(encoder, buf, sub_start, sub_end, sub_allow, groups, n_job
         lambda k: encoder.assemble(pieces[k], misses, int(first_miss[k]), out, int(out_at[k])), range(len(pieces))
     ))
     return out, np.concatenate([p.run_start for p in pieces]), np.concatenate(run_out_end)
+
+
+def encode_groups_on_threads(encoder, buf, sub_start, sub_end, sub_allow, groups, n_jobs):
+    """Without routing: each group runs all stages fused, with a piece cache of its own."""
+    parts = list(thread_pool(n_jobs).map(
+        lambda g: encoder.encode(buf, sub_start[g[0]:g[1]], sub_end[g[0]:g[1]], sub_allow[g[0]:g[1]]), groups
+    ))
+    return concatenate_groups(parts)
+
+
+def concatenate_groups(parts):
+    """Join per-group ``(ids, run_start, run_out_end)`` in order (``run_out_end`` shifted)."""
+    shifts = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
+    return (
+        np.concatenate([p[0] for p in parts]),
+        np.concatenate([p[1] for p in parts]),
+        np.concatenate([p[2] + shift for p, shift in zip(parts, shifts)]),
+    )

@@ -27,6 +27,7 @@ import numpy as np
 
 from . import bpe
 from .encoder import SubstringEncoder
+from .parallel import concatenate_groups
 
 IDLE_SECONDS = 300  # a warm pool's workers exit after this long without work
 SHARED_MEMORY_DIR = Path("/dev/shm")
@@ -102,13 +103,3 @@ def encode_on_processes(spec: EncoderSpec, buf, sub_start, sub_end, sub_allow, g
             for f in futures:  # after an error or Ctrl-C: drop what has not started
                 f.cancel()
     return concatenate_groups(parts)
-
-
-def concatenate_groups(parts):
-    """Join per-group ``(ids, run_start, run_out_end)`` in order (``run_out_end`` shifted)."""
-    shifts = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
-    return (
-        np.concatenate([p[0] for p in parts]),
-        np.concatenate([p[1] for p in parts]),
-        np.concatenate([p[2] + shift for p, shift in zip(parts, shifts)]),
-    )

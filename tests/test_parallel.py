@@ -1,4 +1,5 @@
-"""The parallel paths (issue: many cores): threads with hash routing, and worker processes.
+"""The parallel paths (issue: many cores): threads (groups encoded whole, or pieces hash-routed)
+and worker processes.
 
 Every id is compared with the tiktoken reference or with the sequential path, which the rest
 of the suite compares with the reference. Thresholds are lowered in some tests so that inputs
@@ -20,18 +21,21 @@ from kimi_tok.samples import render_chat, sample_prompt, sample_text
 
 from tests.parity import assert_parity
 
-BACKENDS = ["threads", "processes"]
+# how a long call fans out: threads (the default), threads with hash routing, worker processes
+MODES = ["threads", "routed", "processes"]
 
 
-def make_tokenizer(n_jobs: int, backend: str) -> kimi_tok.Tokenizer:
+def make_tokenizer(n_jobs: int, mode: str) -> kimi_tok.Tokenizer:
     vocabulary, specials = kimi_tok.embedded_kimi_k3()
-    return kimi_tok.Tokenizer(vocabulary, specials, n_jobs=n_jobs, backend=backend, segment_cache_bytes=0)
+    return kimi_tok.Tokenizer(vocabulary, specials, n_jobs=n_jobs, segment_cache_bytes=0,
+                              backend="processes" if mode == "processes" else "threads",
+                              hash_routing=mode == "routed")
 
 
 @pytest.fixture(scope="module")
 def tokenizers():
-    """One Tokenizer per (backend, n_jobs); the process pool stays warm across tests."""
-    return {(b, n): make_tokenizer(n, b) for b in BACKENDS for n in (1, 2, 4)}
+    """One Tokenizer per (mode, n_jobs); the process pool stays warm across tests."""
+    return {(m, n): make_tokenizer(n, m) for m in MODES for n in (1, 2, 4)}
 
 
 def hostile_long_prompt(seed: int) -> list[tuple[str, bool]]:
@@ -50,8 +54,9 @@ def hostile_long_prompt(seed: int) -> list[tuple[str, bool]]:
 @pytest.fixture()
 def fan_outs(monkeypatch):
     """Counts the calls that went to each backend's fan-out."""
-    calls = {"threads": 0, "processes": 0}
-    for backend, name in (("threads", "encode_on_threads"), ("processes", "encode_on_processes")):
+    calls = {mode: 0 for mode in MODES}
+    for backend, name in (("threads", "encode_groups_on_threads"), ("routed", "encode_on_threads"),
+                          ("processes", "encode_on_processes")):
         def counted(*args, _real=getattr(core, name), _backend=backend):
             calls[_backend] += 1
             return _real(*args)
@@ -59,7 +64,7 @@ def fan_outs(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", MODES)
 @pytest.mark.parametrize("n_jobs", [1, 2, 4])
 def test_long_prompts_match_the_reference(tokenizers, ref, fan_outs, monkeypatch, backend, n_jobs):
     # processes fan out from 1 MB per job; these ~1.5 MB prompts should use them too
@@ -77,7 +82,7 @@ def small_groups(monkeypatch):
     monkeypatch.setattr(core, "UNIT_BYTES", 2048)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", MODES)
 @pytest.mark.parametrize("n_jobs", [2, 4])
 @pytest.mark.parametrize("seed", range(3))
 def test_many_small_groups_match_the_reference(tokenizers, ref, small_groups, fan_outs, backend, n_jobs, seed):
@@ -86,7 +91,23 @@ def test_many_small_groups_match_the_reference(tokenizers, ref, small_groups, fa
     assert fan_outs[backend] == 1
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+def test_hash_routing_is_an_option_off_by_default(small_groups, fan_outs):
+    """Threads encode groups whole unless hash_routing=True (measured faster on 2 cores)."""
+    vocabulary, specials = kimi_tok.embedded_kimi_k3()
+    segments = sample_prompt(60_000, seed=1)
+    default = kimi_tok.Tokenizer(vocabulary, specials, n_jobs=2, segment_cache_bytes=0)
+    routed = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=0, hash_routing=True)
+    assert not default.hash_routing and routed.hash_routing
+    assert np.array_equal(default.encode_to_numpy(segments), routed.encode_to_numpy(segments))
+    assert fan_outs == {"threads": 1, "routed": 1, "processes": 0}
+    for bad in (1, None, "yes"):
+        with pytest.raises(TypeError, match="hash_routing"):
+            kimi_tok.Tokenizer(vocabulary, specials, hash_routing=bad)
+        with pytest.raises(TypeError, match="hash_routing"):
+            kimi_tok.kimi_k3(hash_routing=bad)
+
+
+@pytest.mark.parametrize("backend", MODES)
 def test_routed_calls_give_sequential_ids_call_after_call(tokenizers, small_groups, backend):
     """Warm route caches (merged short pieces in every route's table) keep giving the same ids."""
     sequential = tokenizers[("threads", 1)]
@@ -98,7 +119,7 @@ def test_routed_calls_give_sequential_ids_call_after_call(tokenizers, small_grou
 
 def test_identical_pieces_are_merged_once_by_their_route(small_groups):
     """Each distinct long unknown piece of a call is merged and stored once, by its route."""
-    tok = make_tokenizer(4, "threads")
+    tok = make_tokenizer(4, "routed")
     words = [f"zq{'x' * (10 + k)}vj" for k in range(40)]
     rng = np.random.default_rng(0)
     chosen = rng.choice(words, 10_000).tolist()
@@ -117,7 +138,7 @@ def test_identical_pieces_are_merged_once_by_their_route(small_groups):
     assert min(expected) > 0  # the 41 pieces spread over all 4 routes
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", MODES)
 def test_concurrent_callers_share_one_parallel_tokenizer(ref, fan_outs, monkeypatch, backend):
     """6 threads call one n_jobs=2 Tokenizer at once (3 rounds): everyone gets the sequential ids."""
     monkeypatch.setattr(core, "MIN_BYTES_PER_PROCESS_JOB", parallel.MIN_BYTES_PER_JOB)
@@ -134,7 +155,7 @@ def test_concurrent_callers_share_one_parallel_tokenizer(ref, fan_outs, monkeypa
 
 
 def test_backend_argument_and_environment(monkeypatch):
-    assert make_tokenizer(2, "threads").backend == "threads"
+    assert make_tokenizer(2, "routed").backend == "threads"
     assert kimi_tok.kimi_k3(backend="processes").backend == "processes"
     monkeypatch.delenv(parallel.BACKEND_ENV, raising=False)
     assert parallel.check_backend(None) == parallel.DEFAULT_BACKEND
@@ -188,7 +209,7 @@ def test_misses_merged_in_many_small_slices(small_groups, monkeypatch, ref):
     from kimi_tok import encoder
 
     monkeypatch.setattr(encoder, "MERGE_SLICE_BYTES", 64)
-    tok = make_tokenizer(4, "threads")
+    tok = make_tokenizer(4, "routed")
     words = ["zq" + "x" * k + "vj" for k in range(5, 400, 7)]
     rng = np.random.default_rng(1)
     text = "\n".join(rng.choice(words, 3_000).tolist()) + "\n" + "q" * 30_000

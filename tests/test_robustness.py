@@ -565,11 +565,11 @@ def test_8_threads_share_one_tokenizer(thread_prompts, n_jobs, cache):
 
 
 INTERRUPTED_CHILD = r"""
-import json, sys, threading, time
+import json, os, sys, threading, time
 import numpy as np
 import kimi_tok
 
-tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=0)
+tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=0, hash_routing=os.environ["TEST_MODE"] == "routed")
 tok.encode_segments([("warm up " * 300_000, False)])  # > 2 x MIN_BYTES_PER_JOB: starts the pool's threads
 threads_before = threading.active_count()
 rng = np.random.default_rng(1)
@@ -595,10 +595,11 @@ print(json.dumps({"interrupted_after": interrupted, "threads_before": threads_be
 """
 
 
-def _interrupt(args: list[str], backend: str) -> tuple[subprocess.Popen, str, str, float]:
+def _interrupt(args: list[str], mode: str) -> tuple[subprocess.Popen, str, str, float]:
     """Start the child, send SIGINT 0.3 s into its long call; returns it, its output and the exit delay."""
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_CHILD, *args], cwd=REPO_ROOT,
-                            env={**child_env(), "KIMI_TOK_BACKEND": backend},
+                            env={**child_env(), "TEST_MODE": mode,
+                                 "KIMI_TOK_BACKEND": "processes" if mode == "processes" else "threads"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -614,7 +615,7 @@ def _interrupt(args: list[str], backend: str) -> tuple[subprocess.Popen, str, st
             proc.wait()
 
 
-@pytest.mark.parametrize("backend", ["threads", "processes"])
+@pytest.mark.parametrize("backend", ["threads", "routed", "processes"])
 def test_ctrl_c_during_a_parallel_call_exits_promptly(backend):
     """SIGINT during a 40M-character call on two workers: KeyboardInterrupt, and the process is gone
     within a few seconds (queued work is cancelled; running chunks finish)."""
@@ -625,7 +626,7 @@ def test_ctrl_c_during_a_parallel_call_exits_promptly(backend):
     assert delay < 5, f"exit took {delay:.1f} s after SIGINT"
 
 
-@pytest.mark.parametrize("backend", ["threads", "processes"])
+@pytest.mark.parametrize("backend", ["threads", "routed", "processes"])
 def test_tokenizer_after_a_caught_ctrl_c_is_correct(tmp_path, ref, backend):
     """Catch the KeyboardInterrupt, then encode with the same Tokenizer (parallel and not): the
     reference's ids, and no thread was added."""
