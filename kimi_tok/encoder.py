@@ -4,9 +4,10 @@
 of a packed buffer; it is all a worker needs (a thread shares the Tokenizer's,
 a worker process builds its own from memory-mapped tables, see ``workers.py``).
 
-``encode`` runs the stages fused, for one worker. ``find_pieces``,
-``merge_misses`` and ``assemble`` are the three phases of the hash-routed
-multi-worker path (``routing.py``); ``parallel.py`` runs them.
+``encode`` runs the stages fused, for one worker (the sequential path and each
+group of the default thread fan-out). ``find_pieces``, ``merge_misses`` and
+``assemble`` are the three phases of the optional hash-routed path
+(``routing.py``); ``parallel.py`` runs them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .specials import build_special_table, split_specials
 
 ID_DTYPE = np.uint32
 MIN_KEPT_PIECE_CACHES = 4  # piece caches kept between calls: at least this many, else one per core
-# merging ~150 ns/byte: a slice is ~0.15 s of work at most, so Ctrl-C stops a route promptly
+# merging ~100-150 ns/byte: a slice is ~0.1-0.15 s of work at most, so Ctrl-C stops a route promptly
 MERGE_SLICE_BYTES = 1 << 20
 MAX_KEPT_ROUTE_CACHE_SETS = 2  # route cache sets kept per number of routes (concurrent long calls)
 
