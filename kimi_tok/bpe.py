@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -106,8 +107,16 @@ def tables_digest(token_bytes: np.ndarray, token_offsets: np.ndarray) -> str:
 
 
 def save_mappable_tables(tables: BpeTables) -> Path:
-    """The tables as one ``.npy`` file per array (memory-mappable), saved once per vocabulary."""
-    path = cache_root() / f"bpe-tables-v{TABLES_FORMAT}-{tables_digest(tables.token_bytes, tables.token_offsets)}"
+    """The tables as one ``.npy`` file per array (memory-mappable), saved once per vocabulary
+    under the cache root, or under the temporary directory where that cannot be written."""
+    name = f"bpe-tables-v{TABLES_FORMAT}-{tables_digest(tables.token_bytes, tables.token_offsets)}"
+    try:
+        return _save_arrays(tables, cache_root() / name)
+    except OSError:  # a read-only cache root
+        return _save_arrays(tables, Path(tempfile.gettempdir()) / f"kimi_tok-{os.getuid()}" / name)
+
+
+def _save_arrays(tables: BpeTables, path: Path) -> Path:
     if all((path / f"{name}.npy").is_file() for name in BpeTables._fields):
         return path
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

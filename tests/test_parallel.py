@@ -232,3 +232,17 @@ def test_killed_worker_processes_are_replaced(fan_outs, monkeypatch):
     time.sleep(0.5)
     assert np.array_equal(tok.encode_to_numpy(segments), expected)
     assert fan_outs["processes"] == 2
+
+
+def test_processes_work_with_an_unwritable_cache_dir(tmp_path, monkeypatch, fan_outs, ref):
+    """The mappable tables go to the temporary directory when the cache root cannot be written
+    (here it lies below a regular file, which fails for root too)."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv(bpe.CACHE_DIR_ENV, str(blocker / "cache"))
+    monkeypatch.setattr(core, "MIN_BYTES_PER_PROCESS_JOB", parallel.MIN_BYTES_PER_JOB)
+    tok = make_tokenizer(2, "processes")
+    spec = tok._spec_for_workers()
+    assert not spec.tables_dir.startswith(str(blocker))
+    assert_parity(tok, ref, sample_prompt(700_000, seed=11))
+    assert fan_outs["processes"] == 1
