@@ -14,7 +14,7 @@ from pathlib import Path
 from .core import Encoding, Tokenizer
 from .load import embedded_kimi_k3, read_model, read_special_tokens_json, vocabulary_from_ranks
 from .pretokenize import KIMI_PATTERN
-from .parallel import check_backend, check_n_jobs
+from .parallel import check_backend, check_hash_routing, check_n_jobs
 from .segment_cache import DEFAULT_BUDGET_BYTES, check_segment_cache_bytes
 
 __all__ = ["Encoding", "Tokenizer", "kimi_k3", "load", "from_tiktoken", "KIMI_PATTERN"]
@@ -44,8 +44,7 @@ def kimi_k3(
     check_segment_cache_bytes(segment_cache_bytes)
     if backend is not None:
         check_backend(backend)
-    if not isinstance(hash_routing, bool):
-        raise TypeError(f"hash_routing must be a bool, not {type(hash_routing).__name__}")
+    check_hash_routing(hash_routing)
     return _kimi_k3(n_jobs, segment_cache_bytes, backend, hash_routing)
 
 

@@ -26,8 +26,8 @@ from .chunking import cut_chunks, cut_substrings
 from .encoder import ID_DTYPE, SubstringEncoder
 from .load import Vocabulary
 from .parallel import (
-    MIN_BYTES_PER_JOB, MIN_BYTES_PER_PROCESS_JOB, UNIT_BYTES, check_backend, check_n_jobs,
-    encode_groups_on_threads, encode_on_threads, split_spans,
+    MIN_BYTES_PER_JOB, MIN_BYTES_PER_PROCESS_JOB, UNIT_BYTES, check_backend, check_hash_routing,
+    check_n_jobs, encode_groups_on_threads, encode_on_threads, split_spans,
 )
 from .pretokenize import KIMI_PATTERN, split_at_safe_points
 from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache, check_segment_cache_bytes
@@ -159,9 +159,7 @@ class Tokenizer:
     ) -> None:
         self.n_jobs = check_n_jobs(n_jobs)
         self.backend = check_backend(backend)
-        if not isinstance(hash_routing, bool):
-            raise TypeError(f"hash_routing must be a bool, not {type(hash_routing).__name__}")
-        self.hash_routing = hash_routing
+        self.hash_routing = check_hash_routing(hash_routing)
         check_segment_cache_bytes(segment_cache_bytes)
         self.segment_cache = SegmentCache(segment_cache_bytes) if segment_cache_bytes else None
         special_tokens = dict(special_tokens or {})

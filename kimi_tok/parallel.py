@@ -89,6 +89,12 @@ def check_backend(backend) -> str:
     return backend
 
 
+def check_hash_routing(hash_routing) -> bool:
+    if not isinstance(hash_routing, bool):
+        raise TypeError(f"hash_routing must be a bool, not {type(hash_routing).__name__}")
+    return hash_routing
+
+
 def thread_pool(n_workers: int) -> ThreadPoolExecutor:
     """A process-wide pool, grown on demand and kept warm between calls."""
     global _pool

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import tiktoken
 
 import kimi_tok
 import kimi_tok.core as core
@@ -246,3 +247,29 @@ def test_processes_work_with_an_unwritable_cache_dir(tmp_path, monkeypatch, fan_
     assert not spec.tables_dir.startswith(str(blocker))
     assert_parity(tok, ref, sample_prompt(700_000, seed=11))
     assert fan_outs["processes"] == 1
+
+
+@pytest.mark.parametrize("mode", ["routed", "processes"])
+def test_generic_pattern_and_odd_vocabulary_in_every_mode(ref, small_groups, fan_outs, mode):
+    """The PCRE2 pre-tokenizer (a non-Kimi pattern text) and a vocabulary whose ranks are shuffled
+    away from tiktoken's usual order: the parallel modes still give the reference's ids."""
+    from tests.reference import load_pattern, load_special_tokens
+
+    base = ref.enc
+    ranks = sorted(base._mergeable_ranks, key=lambda t: (len(t) != 2, base._mergeable_ranks[t]))
+    odd = tiktoken.Encoding(name="odd", pat_str="(?:" + load_pattern() + ")",
+                            mergeable_ranks={t: r for r, t in enumerate(ranks)},
+                            special_tokens={t: i + len(ranks) for t, i in
+                                            zip(load_special_tokens(), range(len(load_special_tokens())))})
+    vocabulary, specials = kimi_tok.from_tiktoken(odd)._vocabulary, odd._special_tokens
+    tok = kimi_tok.Tokenizer(vocabulary, specials, odd._pat_str, n_jobs=2, segment_cache_bytes=0,
+                             backend="processes" if mode == "processes" else "threads",
+                             hash_routing=mode == "routed")
+
+    class OddReference(type(ref)):
+        def __init__(self) -> None:
+            self.enc = odd
+
+    segments = sample_prompt(120_000, seed=21) + [(" \n" * 2000 + "<|open|>" + "ab" * 9000, True)]
+    assert_parity(tok, OddReference(), segments)
+    assert fan_outs[mode] == 1
