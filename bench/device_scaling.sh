@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 16-core scaling run (issue "many cores"), prepared for the lent measurement machine.
+# The 16-core scaling run (issue "many cores") and the agent loop (issue "agent loops"), prepared for the lent measurement machine.
 #
 # That machine is bare but for Python 3.12 with numpy, numba, joblib, tiktoken and pytest, and it
 # reaches no network: the wheels it lacks travel with the working tree in .whl/ (git-ignored).
@@ -47,6 +47,9 @@ PY
         --json "$OUT/scaling_16core.json" --plot "$OUT/scaling_16core.png" 2>&1 | tee "$OUT/scaling_16core.txt"
     RAYON_NUM_THREADS=1 python3 -m bench.scaling --sizes 1M --workers 1 --backends threads --rounds 5 \
         --baselines basetenkenizer 2>&1 | tee "$OUT/basetenkenizer_one_thread.txt"
+    # issue "agent loops": the last-turn ratio to basetenkenizer on this machine (~30 s)
+    python3 -m bench.agent_loop --markdown --json "$OUT/agent_loop_16core.json" \
+        --plot "$OUT/agent_loop_16core.png" 2>&1 | tail -45 | tee "$OUT/agent_loop_16core.txt"
     ;;
 *)
     echo "usage: $0 prepare|run" >&2

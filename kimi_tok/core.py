@@ -256,46 +256,40 @@ class Tokenizer:
         self._check_flags(False, tiktoken_safe)
         if isinstance(segments, str):
             segments = [(segments, False)]
-        known, new_ids, _, _ = self._cached_and_new(segments, bool(tiktoken_safe))
-        return len(new_ids) + sum(len(ids) for ids in known if ids is not None)
+        parts, new_ids = self._cached_and_new(segments, bool(tiktoken_safe))
+        return len(new_ids) if parts is None else sum(len(part) for part in parts)
 
     def _segment_ids(self, segments, tiktoken_safe: bool) -> np.ndarray:
         """The ids of ``segments``, encoding only those the segment cache does not hold."""
-        known, new_ids, bounds, missing = self._cached_and_new(segments, tiktoken_safe)
-        if len(missing) == len(known):
+        parts, new_ids = self._cached_and_new(segments, tiktoken_safe)
+        if parts is None:
             return new_ids
-        for j, i in enumerate(missing):
-            known[i] = new_ids[bounds[j]:bounds[j + 1]]
-        return np.concatenate(known)
+        if len(parts) == 1 and isinstance(parts[0], np.ndarray):
+            return parts[0].copy()  # a cached slice is read-only and shared: the caller gets its own
+        return np.concatenate(parts) if parts else np.empty(0, dtype=ID_DTYPE)
 
     def _cached_and_new(self, segments, tiktoken_safe: bool):
-        """``(known, new_ids, bounds, missing)``: cached ids per segment (None where not cached),
-        and the ids of the ``missing`` segments encoded in one call (segment ``missing[j]``
-        is ``new_ids[bounds[j]:bounds[j + 1]]``), which are then cached.
+        """``(parts, new_ids)``: ``new_ids`` are the ids of the segments the segment cache does not
+        hold, encoded in one call (and then cached); ``parts`` lists, in call order, cached ids and
+        the slices of ``new_ids`` (None when there is no cache: ``new_ids`` are then all the ids).
         """
         segments = validate_segments(segments)
         cache = self.segment_cache
-        known: list[np.ndarray | None] = [None] * len(segments)
         if cache is None:
-            missing = list(range(len(segments)))
-        else:
-            missing = []
-            for i, (text, allow) in enumerate(segments):
-                if cache.cacheable(text):
-                    known[i] = cache.get((text, allow, tiktoken_safe))
-                if known[i] is None:
-                    missing.append(i)
-        todo = segments if len(missing) == len(segments) else [segments[i] for i in missing]
-        new_ids, bounds = self._encode_packed(
-            pack_segments(todo, tiktoken_safe, self._flags, validated=True), self.n_jobs,
-            with_bounds=cache is not None,
-        )
-        if cache is not None:
-            for j, i in enumerate(missing):
-                text, allow = segments[i]
-                if cache.cacheable(text):
-                    cache.put((text, allow, tiktoken_safe), new_ids[bounds[j]:bounds[j + 1]])
-        return known, new_ids, bounds, missing
+            packed = pack_segments(segments, tiktoken_safe, self._flags, validated=True)
+            return None, self._encode_packed(packed, self.n_jobs, with_bounds=False)[0]
+        plan = cache.plan(segments, tiktoken_safe)
+        if not plan.missing:
+            return plan.parts, np.empty(0, dtype=ID_DTYPE)
+        todo = segments if len(plan.missing) == len(segments) else [segments[i] for i in plan.missing]
+        new_ids, bounds = self._encode_packed(pack_segments(todo, tiktoken_safe, self._flags, validated=True),
+                                              self.n_jobs)
+        cache.store(segments, tiktoken_safe, plan, new_ids, bounds)
+        if len(plan.missing) == len(segments):
+            return None, new_ids
+        parts = [part if isinstance(part, np.ndarray) else new_ids[bounds[part[0]]:bounds[part[1]]]
+                 for part in plan.parts]
+        return parts, new_ids
 
     def encode_to_numpy(self, segments: Sequence[tuple[str, bool]], tiktoken_safe: bool = True) -> np.ndarray:
         """``encode_segments(...).into_numpy()["ids"]`` in one call."""

@@ -217,15 +217,71 @@ def test_surrogate_segments_are_cached_exactly(cached, ref):
     assert cached.segment_cache.hits > 0
 
 
-def test_only_long_segments_are_cached(cached, plain):
+def test_calls_with_little_new_text_store_nothing(cached, plain):
+    """New segments totalling under MIN_CACHED_CHARS are encoded again rather than stored."""
     short, at = sample_text(MIN_CACHED_CHARS - 1, seed=1), sample_text(MIN_CACHED_CHARS, seed=2)
     cached.encode_segments([(short, False), ("", False), ("", True)])
-    assert len(cached.segment_cache) == 0
-    cached.encode_segments([(short, False), (at, False)])
+    assert len(cached.segment_cache) == 0 and cached.segment_cache.used_bytes == 0
+    cached.encode_segments([(at, False)])
     assert len(cached.segment_cache) == 1
     hits = cached.segment_cache.hits
     assert ids_of(cached, [(at, False), (short, False)]) == ids_of(plain, [(at, False), (short, False)])
-    assert cached.segment_cache.hits == hits + 1
+    assert cached.segment_cache.hits == hits + 1  # the long one; the short one alone was never stored
+
+
+def chat_turn(turn: int, n_chars: int) -> list:
+    """A K3-style turn: short template segments around one long text (as bench.agent_loop renders)."""
+    return [("<|open|>", True), ("message", False), (' role="tool"', False), ("<|sep|>", True),
+            (sample_text(n_chars, seed=500 + turn), False), ("<|close|>", True), ("message", False)]
+
+
+def test_agent_loop_turns_reuse_whole_runs(cached, plain, ref):
+    """Turn N+1 = turn N + appended segments: every earlier segment hits, short template ones
+    included, and the ids come from one run per earlier turn."""
+    segments: list = []
+    for turn in range(8):
+        new = chat_turn(turn, 2_000 + 300 * turn)
+        segments = rerender(segments) + new
+        cache = cached.segment_cache
+        hits, misses = cache.hits, cache.misses
+        plan = cache.plan(segments, True)  # what the call below will find (plan counts too)
+        assert plan.missing == list(range(len(segments) - len(new), len(segments)))
+        assert len([part for part in plan.parts if isinstance(part, np.ndarray)]) == turn
+        assert (cache.hits - hits, cache.misses - misses) == (len(segments) - len(new), len(new))
+        got = ids_of(cached, segments)
+        assert_same(ids_of(plain, segments), got, segments, f"turn {turn}")
+        assert len(cache) == len(segments)
+    assert_same(ref.encode_segments(segments), got, segments, "last turn vs reference")
+
+
+def test_runs_are_entered_anywhere_and_extended_backwards(cached, plain):
+    """Segments of a stored run found out of order: a long segment is found by the index, the
+    short template segments just before it are taken from the run backwards."""
+    turns = [chat_turn(turn, 1_500) for turn in range(4)]
+    cached.encode_segments([seg for turn in turns for seg in turn])
+    cache = cached.segment_cache
+    for order in ([2, 0], [3, 1, 2], [1], [3, 2, 1, 0]):
+        segments = rerender([seg for k in order for seg in turns[k]])
+        plan = cache.plan(segments, True)
+        assert plan.missing == [], f"order {order}: {plan.missing}"
+        assert ids_of(cached, segments) == ids_of(plain, segments)
+    # a turn cut in its middle: the template segments before the long text still hit
+    segments = rerender(turns[2][2:] + turns[0][:5])
+    assert cache.plan(segments, True).missing == []
+    assert ids_of(cached, segments) == ids_of(plain, segments)
+
+
+def test_edit_inside_a_run_misses_only_around_the_edit(cached, plain):
+    turns = [chat_turn(turn, 1_500) for turn in range(3)]
+    flat = [seg for turn in turns for seg in turn]
+    cached.encode_segments(flat)
+    edited = rerender(flat)
+    at = len(turns[0]) + 4  # the long text of turn 1
+    edited[at] = (edited[at][0][:700] + "!" + edited[at][0][701:], False)
+    plan = cached.segment_cache.plan(edited, True)
+    assert plan.missing == [at]
+    assert ids_of(cached, edited) == ids_of(plain, edited)
+    assert cached.segment_cache.plan(rerender(edited), True).missing == []  # the edited text is stored too
 
 
 def test_returned_ids_do_not_alias_the_cache(cached):
