@@ -43,6 +43,10 @@ from .hashing import (
 
 NO_MERGE = np.int32(0x7FFFFFFF)  # rank of a pair that is not in the vocabulary
 SMALL_PIECE_BYTES = 32  # pieces up to this size merge in the scratch buffer
+# Long pieces made of few runs of equal bytes merge as blocks of equal parts (merge_repetitive_piece):
+REPETITIVE_MIN_PIECE_BYTES = 256  # shorter ones are cheap enough for the heap
+REPETITIVE_MAX_BLOCKS = 64  # more runs than this: not repetitive, the heap is as good
+REPETITIVE_WORK_PER_BYTE = 4  # block visits allowed per byte before handing over to the heap
 PAIR_SHIFT = 32  # pair key = left << PAIR_SHIFT | right
 RANK_SHIFT = 32  # heap entry = rank << RANK_SHIFT | part index
 LOW_32_BITS = (1 << 32) - 1
@@ -449,6 +453,104 @@ def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
 
 
 @leaf
+def _put_block(tok, cnt, n_blocks, token, count):
+    """Append ``count`` copies of ``token`` to a block list, joining an equal last block."""
+    if count == 0:
+        return n_blocks
+    if n_blocks > 0 and tok[n_blocks - 1] == token:
+        cnt[n_blocks - 1] += count
+        return n_blocks
+    tok[n_blocks] = token
+    cnt[n_blocks] = count
+    return n_blocks + 1
+
+
+@leaf
+def _best_block_pair(tables, tok, cnt, n_blocks):
+    """``(rank, block, inside)`` of the leftmost lowest-rank pair: two parts inside block
+    ``block`` (``inside``) or its last part with the next block's first; ``block`` -1 if none.
+    Pairs inside a block come before the pair at its end, hence the order of the checks."""
+    best = NO_MERGE
+    at = -1
+    inside = False
+    for b in range(n_blocks):
+        if cnt[b] >= 2:
+            rank = pair_rank(tables, tok[b], tok[b])
+            if rank < best:
+                best, at, inside = rank, b, True
+        if b + 1 < n_blocks:
+            rank = pair_rank(tables, tok[b], tok[b + 1])
+            if rank < best:
+                best, at, inside = rank, b, False
+    return best, at, inside
+
+
+@leaf
+def merge_repetitive_piece(tables, buf, start, end, out, n_out, scratch):
+    """Merge a long piece made of a few runs of equal bytes (whitespace runs, "=====", "aaaa")
+    as blocks of equal parts; returns the new ``n_out``, or -1 if the piece does not suit
+    (then the heap merges it; the result would be the same).
+
+    BPE merges the leftmost lowest-rank pair, one at a time. In a block of k equal parts t
+    whose pair t+t = m is that pair, the merges go left to right through the block as long
+    as no pair they create (previous part + m, m + t, m + m) ranks below m: then all k // 2
+    happen before anything else and the block becomes k // 2 parts m (and one t if k is
+    odd). Otherwise one merge is done. A run of 25,000 spaces takes a few dozen steps.
+    """
+    tok, cnt = scratch.parts, scratch.next_part
+    new_tok, new_cnt = scratch.ranks, scratch.prev_part
+    n_blocks = 0
+    i = start
+    while i < end:
+        j = i + 1
+        while j < end and buf[j] == buf[i]:
+            j += 1
+        if n_blocks == REPETITIVE_MAX_BLOCKS:
+            return -1
+        n_blocks = _put_block(tok, cnt, n_blocks, tables.byte_rank[buf[i]], j - i)
+        i = j
+    work_left = REPETITIVE_WORK_PER_BYTE * (end - start)
+    while True:
+        best, at, inside = _best_block_pair(tables, tok, cnt, n_blocks)
+        if at < 0:
+            break
+        work_left -= n_blocks
+        if work_left < 0:
+            return -1
+        n_new = 0
+        for b in range(at):
+            n_new = _put_block(new_tok, new_cnt, n_new, tok[b], cnt[b])
+        if inside:
+            part, k = tok[at], cnt[at]
+            all_at_once = (k >= 4 and pair_rank(tables, best, part) > best and pair_rank(tables, best, best) > best
+                           and (at == 0 or pair_rank(tables, tok[at - 1], best) > best))
+            if all_at_once:
+                n_new = _put_block(new_tok, new_cnt, n_new, best, k // 2)
+                n_new = _put_block(new_tok, new_cnt, n_new, part, k % 2)
+            else:
+                n_new = _put_block(new_tok, new_cnt, n_new, best, 1)
+                n_new = _put_block(new_tok, new_cnt, n_new, part, k - 2)
+            rest = at + 1
+        else:
+            n_new = _put_block(new_tok, new_cnt, n_new, tok[at], cnt[at] - 1)
+            n_new = _put_block(new_tok, new_cnt, n_new, best, 1)
+            n_new = _put_block(new_tok, new_cnt, n_new, tok[at + 1], cnt[at + 1] - 1)
+            rest = at + 2
+        for b in range(rest, n_blocks):
+            n_new = _put_block(new_tok, new_cnt, n_new, tok[b], cnt[b])
+            if n_new > REPETITIVE_MAX_BLOCKS:
+                return -1
+        tok, new_tok = new_tok, tok
+        cnt, new_cnt = new_cnt, cnt
+        n_blocks = n_new
+    for b in range(n_blocks):
+        for _ in range(cnt[b]):
+            out[n_out] = tok[b]
+            n_out += 1
+    return n_out
+
+
+@leaf
 def merge_piece(tables, buf, start, end, out, n_out, scratch):
     """Merge a piece that is not a token; writes its ids at ``out[n_out:]``."""
     if end - start <= SMALL_PIECE_BYTES:
@@ -456,6 +558,10 @@ def merge_piece(tables, buf, start, end, out, n_out, scratch):
         for i in range(count):
             out[n_out + i] = scratch.parts[i]
         return n_out + count
+    if end - start >= REPETITIVE_MIN_PIECE_BYTES:
+        n_new = merge_repetitive_piece(tables, buf, start, end, out, n_out, scratch)
+        if n_new >= 0:
+            return n_new
     return merge_long_piece(tables, buf, start, end, out, n_out, scratch)
 
 
