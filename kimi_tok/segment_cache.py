@@ -160,7 +160,7 @@ class SegmentCache:
                     ended = run if at == len(run.segments) else None
                     following = ended.next() if ended is not None and ended.next is not None else None
                     run = None
-                    if following is not None:
+                    if following is not None and following.tiktoken_safe == tiktoken_safe:
                         cached_text, cached_allow = following.segments[0]
                         if cached_allow is allow and cached_text == text:
                             run, span_start, at = following, 0, 1

@@ -284,6 +284,21 @@ def test_edit_inside_a_run_misses_only_around_the_edit(cached, plain):
     assert cached.segment_cache.plan(rerender(edited), True).missing == []  # the edited text is stored too
 
 
+def test_turns_alternating_chunking_flags_keep_their_own_runs(cached, plain):
+    """Runs stored with tiktoken_safe=True are never continued into a call with False (the ids
+    of a long whitespace run differ between the two), and the other way round."""
+    long_run = "tail" + " " * 25_500 + "end"
+    base = [(sample_text(1_000, seed=1), False), (long_run, False)]
+    more = base + [(sample_text(900, seed=2), False), (long_run + "!", False)]
+    for segments, safe in ((base, True), (more, True), (base, False), (more, False), (more, True),
+                           (more + [(long_run, False)], False), (more + [(long_run, False)], True)):
+        segments = rerender(segments)
+        assert_same(ids_of(plain, segments, safe), ids_of(cached, segments, safe), segments,
+                    f"tiktoken_safe={safe}", safe)
+    assert cached.segment_cache.plan(rerender(more), True).missing == []
+    assert cached.segment_cache.plan(rerender(more), False).missing == []
+
+
 def test_returned_ids_do_not_alias_the_cache(cached):
     """Writing into the array a call returned must not change what later calls return."""
     segs = [(sample_text(2_000, seed=5), False), (sample_text(800, seed=6), False)]
