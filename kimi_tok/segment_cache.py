@@ -8,12 +8,15 @@ their ids in one array and where each segment's ids start. A later call that sen
 the same segments again, in the same order, is served a whole slice of a run with
 one text comparison per segment and no lookup; that is what an agent loop does
 (turn N+1 = turn N + appended segments), so a turn at a million tokens assembles a
-few dozen slices instead of looking up and concatenating ~1,500 segments. Segments
-are also found one by one (edited, removed, reordered prompts): an index maps each
-cached segment's fingerprint (flags, length and three short samples of the text) to
-its run and position. Short texts (chat-template tags, roles) are not indexed: they
-repeat all over a prompt, so they are taken from a run next to their neighbours
-(also backwards from a long segment the index found).
+few dozen slices instead of looking up and concatenating ~1,500 segments. Where a call
+leaves a run (an edited segment, the end of the previous turn), the run remembers which
+run the call stored next, and the following call tries that one first. Segments are
+also found one by one (edited, removed, reordered prompts): an index maps the
+fingerprint (flags, length and three short samples of the text) of each long cached
+segment, and of each run's first segment, to its run and position. Short texts
+(chat-template tags, roles) repeat all over a prompt: the index is asked about them
+only for a call's first segment; elsewhere they are taken from a run beside their
+neighbours (also backwards from a long segment the index found).
 
 A hit always compares the whole text (``==``, which is ``is`` first): it can never
 return the ids of a different text. The fingerprint spares hashing every long text,
@@ -34,6 +37,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -43,8 +47,8 @@ MIN_CACHED_CHARS = 256  # new segments totalling less are cheaper to encode agai
 SEGMENT_OVERHEAD_BYTES = 200  # index slot, fingerprint tuple, list slot per cached segment
 RUN_OVERHEAD_BYTES = 300  # run object, ids array header, bounds list
 SAMPLE_CHARS = 16  # characters sampled at the start, middle and end of a long text for its fingerprint
-# Shorter texts (chat-template tags, roles, tool names) repeat all over a prompt: they are
-# found next to their neighbours inside a run, never through the index.
+# Shorter texts (chat-template tags, roles, tool names) repeat all over a prompt: past a call's
+# first segment they are found next to their neighbours inside a run, not through the index.
 MIN_INDEXED_CHARS = 64
 
 Key = tuple[str, bool, bool]
@@ -70,21 +74,28 @@ def check_segment_cache_bytes(value) -> None:
 class Run:
     """Consecutive segments encoded by one call, with their ids (which never change once built)."""
 
-    __slots__ = ("segments", "tiktoken_safe", "ids", "bounds", "fingerprints", "nbytes", "next", "__weakref__")
+    __slots__ = ("segments", "tiktoken_safe", "ids", "bounds", "fingerprints", "nbytes", "continuations",
+                 "__weakref__")
 
-    def __init__(self, segments: list[Segment], tiktoken_safe: bool, ids: np.ndarray, bounds: list[int]) -> None:
+    def __init__(self, segments: list[Segment], tiktoken_safe: bool, ids: np.ndarray, bounds: list[int],
+                 texts: list[str], lengths: np.ndarray) -> None:
+        """``texts`` and ``lengths``: the segments' texts and their lengths in characters."""
         self.segments = segments
         self.tiktoken_safe = tiktoken_safe  # the same for all segments of a run (part of their keys)
         self.ids = ids  # read-only; segment k is ids[bounds[k]:bounds[k + 1]]
         self.bounds = bounds
-        self.fingerprints = [fingerprint((text, allow, tiktoken_safe)) if len(text) >= MIN_INDEXED_CHARS else None
-                             for text, allow in segments]
-        self.nbytes = (sum(sys.getsizeof(text) for text, _ in segments) + ids.nbytes
+        indexed = np.flatnonzero(lengths >= MIN_INDEXED_CHARS).tolist()
+        if not indexed or indexed[0] != 0:
+            indexed.insert(0, 0)
+        # position -> fingerprint, for the segments the index holds: the long ones and the first
+        self.fingerprints = {k: fingerprint((texts[k], segments[k][1], tiktoken_safe)) for k in indexed}
+        self.nbytes = (sum(map(sys.getsizeof, texts)) + ids.nbytes
                        + len(segments) * SEGMENT_OVERHEAD_BYTES + RUN_OVERHEAD_BYTES)
-        # A hint, not data: the run a call stored right after reaching this run's end (the
-        # next turn's appended segments); a later call that reaches this run's end tries it
-        # before the index. Weak, so an evicted run is freed.
-        self.next: weakref.ref[Run] | None = None
+        # Hints, not data: position -> the run a call stored right after leaving this run there
+        # (at its end: the next turn's appended segments; inside: an edited segment). A later
+        # call leaving this run at that position tries it before the index. Weak references,
+        # so an evicted run is freed.
+        self.continuations: dict[int, weakref.ref[Run]] = {}
 
     def __len__(self) -> int:
         return len(self.segments)
@@ -99,7 +110,7 @@ class CachePlan(NamedTuple):
 
     parts: list
     missing: list[int]
-    after: list  # per stretch of missing segments: the run whose end came right before it, or None
+    after: list  # per stretch of missing segments: (run, position) where the call left a run right before it, or None
 
 
 class SegmentCache:
@@ -142,12 +153,13 @@ class SegmentCache:
         """
         parts: list = []
         missing: list[int] = []
-        after: list[Run | None] = []  # per stretch of missing segments: the run whose end precedes it
+        after: list = []  # per stretch of missing segments: (run, position) where the call left a run just before
         used: list[Run] = []
-        ended: Run | None = None  # the run of the span closed last, if that span reached its end
+        left: tuple[Run, int] | None = None  # where the span closed last left its run
         index = self._index
         run: Run | None = None
         span_start = at = 0  # the current span: run positions span_start..at-1
+        stretch = -1  # while segments are missing: where their stretch starts in ``missing``
         with self._lock:
             for i, (text, allow) in enumerate(segments):
                 if run is not None:
@@ -157,8 +169,9 @@ class SegmentCache:
                             at += 1
                             continue
                     parts.append(run.ids[run.bounds[span_start]:run.bounds[at]])
-                    ended = run if at == len(run.segments) else None
-                    following = ended.next() if ended is not None and ended.next is not None else None
+                    left = (run, at)
+                    hint = run.continuations.get(at)
+                    following = hint() if hint is not None else None
                     run = None
                     if following is not None and following.tiktoken_safe == tiktoken_safe:
                         cached_text, cached_allow = following.segments[0]
@@ -166,32 +179,33 @@ class SegmentCache:
                             run, span_start, at = following, 0, 1
                             used.append(run)
                             continue
-                found = index.get(fingerprint((text, allow, tiktoken_safe))) if len(text) >= MIN_INDEXED_CHARS else None
+                found = (index.get(fingerprint((text, allow, tiktoken_safe)))
+                         if len(text) >= MIN_INDEXED_CHARS or i == 0 else None)
                 if found is not None and found[0].segments[found[1]][0] == text:
                     run, at = found
                     span_start = at
                     at += 1
                     used.append(run)
-                    while span_start > 0 and missing and missing[-1] == i - (at - span_start):
+                    while span_start > 0 and len(missing) > stretch >= 0 and missing[-1] == i - (at - span_start):
                         cached_text, cached_allow = run.segments[span_start - 1]
                         text_before, allow_before = segments[missing[-1]]
                         if not (cached_allow is allow_before and cached_text == text_before):
                             break
                         missing.pop()  # served by this run after all
                         span_start -= 1
-                        first, end = parts[-1]
-                        if end - 1 == first:
-                            parts.pop()
-                            after.pop()
+                    if stretch >= 0:
+                        if len(missing) > stretch:
+                            parts.append((stretch, len(missing)))
                         else:
-                            parts[-1] = (first, end - 1)
+                            after.pop()  # the whole stretch was served by the run
+                        stretch = -1
                     continue
-                if not parts or isinstance(parts[-1], np.ndarray):
-                    parts.append((len(missing), len(missing) + 1))
-                    after.append(ended if len(parts) > 1 else None)
-                else:
-                    parts[-1] = (parts[-1][0], len(missing) + 1)
+                if stretch < 0:
+                    stretch = len(missing)
+                    after.append(left if parts else None)
                 missing.append(i)
+            if stretch >= 0:
+                parts.append((stretch, len(missing)))
             if run is not None:
                 parts.append(run.ids[run.bounds[span_start]:run.bounds[at]])
             for run in used:
@@ -210,29 +224,30 @@ class SegmentCache:
             self._add_run(segments[first:end], tiktoken_safe, ids, bounds[j0:j1 + 1], after)
 
     def _add_run(self, segments: list[Segment], tiktoken_safe: bool, ids: np.ndarray, bounds: np.ndarray,
-                 after: Run | None = None) -> None:
-        if sum(len(text) for text, _ in segments) < MIN_CACHED_CHARS:
+                 after: tuple[Run, int] | None = None) -> None:
+        texts = list(map(itemgetter(0), segments))
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        if lengths.sum() < MIN_CACHED_CHARS:
             return
         first, end = int(bounds[0]), int(bounds[-1])
         stored = np.array(ids[first:end], dtype=np.uint32, copy=True)  # callers may write to what they got
         stored.setflags(write=False)
-        run = Run(list(segments), tiktoken_safe, stored, (bounds - first).tolist())
+        run = Run(segments, tiktoken_safe, stored, (bounds - first).tolist(), texts, lengths)
         if run.nbytes > self.budget_bytes:
             return
         with self._lock:
             self._runs[run] = None
             self._used += run.nbytes
             self._n_segments += len(run)
-            for position, key in enumerate(run.fingerprints):
-                if key is None:
-                    continue
+            for position, key in run.fingerprints.items():
                 found = self._index.get(key)
                 # an equal text keeps its older slot (where a conversation starts); a different text
                 # sharing the fingerprint takes it
                 if found is None or found[0].segments[found[1]][0] != run.segments[position][0]:
                     self._index[key] = (run, position)
             if after is not None:
-                after.next = weakref.ref(run)
+                after_run, position = after
+                after_run.continuations[position] = weakref.ref(run)
             while self._used > self.budget_bytes:
                 self._evict_oldest()
 
@@ -240,8 +255,8 @@ class SegmentCache:
         run, _ = self._runs.popitem(last=False)
         self._used -= run.nbytes
         self._n_segments -= len(run)
-        for position, key in enumerate(run.fingerprints):
-            found = self._index.get(key) if key is not None else None
+        for position, key in run.fingerprints.items():
+            found = self._index.get(key)
             if found is not None and found[0] is run and found[1] == position:
                 del self._index[key]
 

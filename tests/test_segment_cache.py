@@ -284,6 +284,22 @@ def test_edit_inside_a_run_misses_only_around_the_edit(cached, plain):
     assert cached.segment_cache.plan(rerender(edited), True).missing == []  # the edited text is stored too
 
 
+def test_prompts_of_short_segments_only_are_reused(cached, plain):
+    """No segment long enough for the index: the call's first segment finds the run, and after an
+    edit the run stored for the rest of that call is found where the old run was left."""
+    words = [(f"w{k} ", k % 7 == 0) for k in range(3_000)]
+    cached.encode_segments(words)
+    again = rerender(words)
+    assert cached.segment_cache.plan(again, True).missing == []
+    assert ids_of(cached, again) == ids_of(plain, again)
+    edited = rerender(words)
+    edited[1_500] = ("w1500!", False)
+    assert ids_of(cached, edited) == ids_of(plain, edited)
+    edited = rerender(edited)
+    assert cached.segment_cache.plan(edited, True).missing == []
+    assert ids_of(cached, edited) == ids_of(plain, edited)
+
+
 def test_turns_alternating_chunking_flags_keep_their_own_runs(cached, plain):
     """Runs stored with tiktoken_safe=True are never continued into a call with False (the ids
     of a long whitespace run differ between the two), and the other way round."""
