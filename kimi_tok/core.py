@@ -30,8 +30,9 @@ from .parallel import (
     check_n_jobs, encode_groups_on_threads, encode_on_threads, split_spans,
 )
 from .pretokenize import KIMI_PATTERN, split_at_safe_points
+from .reuse import EncodeAhead, Encoded, assemble
 from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache, check_segment_cache_bytes
-from .segments import PackedSegments, pack_segments, validate_segments
+from .segments import PackedSegments, pack_segments, segment_bounds, validate_segments
 from .unicode_classes import code_point_flags
 from .workers import EncoderSpec, encode_on_processes
 
@@ -143,7 +144,7 @@ class Tokenizer:
 
     >>> tok = kimi_tok.kimi_k3()
     >>> tok.encode_segments([("<|open|>", True), ("message", False)]).ids
-    [163587, 2113]
+    [163587, 2778]
     """
 
     def __init__(
@@ -256,40 +257,62 @@ class Tokenizer:
         self._check_flags(False, tiktoken_safe)
         if isinstance(segments, str):
             segments = [(segments, False)]
-        parts, new_ids = self._cached_and_new(segments, bool(tiktoken_safe))
-        return len(new_ids) if parts is None else sum(len(part) for part in parts)
+        return self._encode_with_cache(segments, bool(tiktoken_safe), want_ids=False).n_ids
 
     def _segment_ids(self, segments, tiktoken_safe: bool) -> np.ndarray:
         """The ids of ``segments``, encoding only those the segment cache does not hold."""
-        parts, new_ids = self._cached_and_new(segments, tiktoken_safe)
-        if parts is None:
-            return new_ids
-        if len(parts) == 1 and isinstance(parts[0], np.ndarray):
-            return parts[0].copy()  # a cached slice is read-only and shared: the caller gets its own
-        return np.concatenate(parts) if parts else np.empty(0, dtype=ID_DTYPE)
+        return self._encode_with_cache(segments, tiktoken_safe, want_ids=True).ids
 
-    def _cached_and_new(self, segments, tiktoken_safe: bool):
-        """``(parts, new_ids)``: ``new_ids`` are the ids of the segments the segment cache does not
-        hold, encoded in one call (and then cached); ``parts`` lists, in call order, cached ids and
-        the slices of ``new_ids`` (None when there is no cache: ``new_ids`` are then all the ids).
+    def _encode_with_cache(self, segments, tiktoken_safe: bool, want_ids: bool) -> Encoded:
+        """The call's ids (or only their count), encoding only the segments the segment cache
+        does not hold, then caching them.
+
+        The cache offers segments by length first (``SegmentCache.speculate``) and then compares
+        their texts (``verify``: it reads every character). With two or more jobs, a call that
+        extends a recent one (an agent loop's new turn) encodes its new segments while a pool
+        thread plans it (``reuse.EncodeAhead``).
         """
-        segments = validate_segments(segments)
         cache = self.segment_cache
+        ahead = EncodeAhead.start(self, cache, segments, tiktoken_safe) if cache is not None else None
+        if ahead is not None:
+            return ahead.run(self, cache, segments, tiktoken_safe, want_ids)
+        segments = validate_segments(segments)
         if cache is None:
             packed = pack_segments(segments, tiktoken_safe, self._flags, validated=True)
-            return None, self._encode_packed(packed, self.n_jobs, with_bounds=False)[0]
-        plan = cache.plan(segments, tiktoken_safe)
-        if not plan.missing:
-            return plan.parts, np.empty(0, dtype=ID_DTYPE)
-        todo = segments if len(plan.missing) == len(segments) else [segments[i] for i in plan.missing]
-        new_ids, bounds = self._encode_packed(pack_segments(todo, tiktoken_safe, self._flags, validated=True),
-                                              self.n_jobs)
-        cache.store(segments, tiktoken_safe, plan, new_ids, bounds)
-        if len(plan.missing) == len(segments):
-            return None, new_ids
-        parts = [part if isinstance(part, np.ndarray) else new_ids[bounds[part[0]]:bounds[part[1]]]
-                 for part in plan.parts]
-        return parts, new_ids
+            ids = self._encode_packed(packed, self.n_jobs, with_bounds=False)[0]
+            return Encoded(ids, len(ids))
+        speculation = cache.speculate(segments, tiktoken_safe)
+        todo = segments if len(speculation.missing) == len(segments) else [segments[i] for i in speculation.missing]
+        failed = cache.verify(speculation)
+        new_ids, bounds = (self._encode_packed(pack_segments(todo, tiktoken_safe, self._flags, validated=True),
+                                               self.n_jobs)
+                           if todo else (np.empty(0, dtype=ID_DTYPE), np.zeros(1, dtype=np.int64)))
+        plan = cache.resolve(speculation, failed)
+        if len(plan.missing) > len(speculation.missing):  # offered texts that differ after all
+            new_ids, bounds = self._add_late_misses(segments, tiktoken_safe, speculation.missing, new_ids, bounds,
+                                                    plan.missing)
+        if plan.missing:
+            cache.store(segments, tiktoken_safe, plan, new_ids, bounds)
+        return assemble(plan, new_ids, bounds, len(segments), want_ids)
+
+    def _add_late_misses(self, segments, tiktoken_safe, first_missing, ids, bounds, all_missing):
+        """Encode the offered segments that ``verify`` rejected and merge all new ids in call order."""
+        known = set(first_missing)
+        late = [i for i in all_missing if i not in known]
+        late_ids, late_bounds = self._encode_packed(
+            pack_segments([segments[i] for i in late], tiktoken_safe, self._flags, validated=True), self.n_jobs
+        )
+        pieces, a, b = [], 0, 0
+        for i in all_missing:
+            if a < len(first_missing) and first_missing[a] == i:
+                pieces.append(ids[bounds[a]:bounds[a + 1]])
+                a += 1
+            else:
+                pieces.append(late_ids[late_bounds[b]:late_bounds[b + 1]])
+                b += 1
+        merged_bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
+        np.cumsum([len(piece) for piece in pieces], out=merged_bounds[1:])
+        return np.concatenate(pieces).astype(ID_DTYPE, copy=False), merged_bounds
 
     def encode_to_numpy(self, segments: Sequence[tuple[str, bool]], tiktoken_safe: bool = True) -> np.ndarray:
         """``encode_segments(...).into_numpy()["ids"]`` in one call."""
@@ -312,6 +335,9 @@ class Tokenizer:
         """
         clock = _StageClock(timings)
         buf = packed.buf
+        min_bytes = MIN_BYTES_PER_JOB if self.backend == "threads" else MIN_BYTES_PER_PROCESS_JOB
+        if timings is None and self._encoder.fuses and (n_jobs == 1 or buf.shape[0] < 2 * min_bytes):
+            return self._encode_fused(packed, with_bounds)
         chunk_start, chunk_end, chunk_segment = cut_chunks(buf, packed.seg_start, packed.seg_end, packed.needs_cuts)
         clock.lap("chunking")
         sub_start, sub_end, sub_chunk = cut_substrings(
@@ -319,7 +345,6 @@ class Tokenizer:
         )
         sub_allow = packed.allow_special[chunk_segment[sub_chunk]]
         clock.lap("run cuts")
-        min_bytes = MIN_BYTES_PER_JOB if self.backend == "threads" else MIN_BYTES_PER_PROCESS_JOB
         if n_jobs > 1 and self._splits_after_newline and buf.shape[0] >= 2 * min_bytes:
             sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow, UNIT_BYTES)
         groups = split_spans(sub_start, sub_end, n_jobs, min_bytes)
@@ -334,7 +359,24 @@ class Tokenizer:
             )
         if len(groups) > 1:
             clock.lap(f"specials+pretokenize+bpe ({self.backend})")
-        return ids, (_segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
+        return ids, (segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
+
+    def _encode_fused(self, packed: PackedSegments, with_bounds: bool = True, out: np.ndarray | None = None):
+        """``_encode_packed`` for a call that needs no fan-out, as one compiled call; the ids go to
+        ``out`` (at least ``len(packed.buf)`` long) when given, else to a new array."""
+        if out is None:
+            out = np.empty(packed.buf.shape[0], dtype=ID_DTYPE)
+            owned = True
+        else:
+            owned = False
+        n, run_start, run_out_end = self._encoder.encode_packed(
+            packed.buf, packed.seg_start, packed.seg_end, packed.needs_cuts, packed.allow_special, self._flags, out
+        )
+        if owned:
+            out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
+        else:
+            out = out[:n]
+        return out, (segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
 
     def _spec_for_workers(self) -> EncoderSpec:
         if self._worker_spec is None:
@@ -461,17 +503,6 @@ class Tokenizer:
         from .hf import tokenizer_json
 
         return tokenizer_json(self, path)
-
-
-def _segment_bounds(packed: PackedSegments, run_start: np.ndarray, run_out_end: np.ndarray) -> np.ndarray:
-    """Where each of the caller's segments starts and ends in the ids (``n_segments + 1`` offsets)."""
-    run_ids = np.diff(run_out_end, prepend=0)
-    packed_of_run = np.searchsorted(packed.seg_end, run_start, side="right")
-    per_packed = np.bincount(packed_of_run, weights=run_ids, minlength=len(packed.origin))
-    per_segment = np.bincount(packed.origin, weights=per_packed, minlength=packed.n_segments)
-    bounds = np.zeros(packed.n_segments + 1, dtype=np.int64)
-    np.cumsum(per_segment.astype(np.int64), out=bounds[1:])
-    return bounds
 
 
 class _StageClock:

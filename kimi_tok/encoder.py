@@ -4,8 +4,12 @@
 of a packed buffer; it is all a worker needs (a thread shares the Tokenizer's,
 a worker process builds its own from memory-mapped tables, see ``workers.py``).
 
-``encode`` runs the stages fused, for one worker (the sequential path and each
-group of the default thread fan-out). ``find_pieces``, ``merge_misses`` and
+``encode`` runs the stages for one worker (each group of the default thread
+fan-out). ``encode_packed`` runs everything from the tiktoken-safe cuts on in ONE
+compiled call (``encode_packed_fused``) for calls that need no fan-out: no Python
+between the stages, so the GIL stays free for another thread the whole time (the
+segment cache verifies the texts of a call's cached segments meanwhile).
+``find_pieces``, ``merge_misses`` and
 ``assemble`` are the three phases of the optional hash-routed path
 (``routing.py``); ``parallel.py`` runs them.
 """
@@ -19,7 +23,9 @@ from typing import NamedTuple
 import numpy as np
 
 from . import bpe, routing
-from .pretokenize import pretokenizer_for
+from .chunking import cut_chunks, cut_substrings
+from .jit import kernel
+from .pretokenize import KimiScanner, pretokenizer_for, scan_runs
 from .specials import build_special_table, split_specials
 
 ID_DTYPE = np.uint32
@@ -27,6 +33,38 @@ MIN_KEPT_PIECE_CACHES = 4  # piece caches kept between calls: at least this many
 # merging ~100-150 ns/byte: a slice is ~0.1-0.15 s of work at most, so Ctrl-C stops a route promptly
 MERGE_SLICE_BYTES = 1 << 20
 MAX_KEPT_ROUTE_CACHE_SETS = 2  # route cache sets kept per number of routes (concurrent long calls)
+
+
+@kernel
+def cut_packed(buf, seg_start, seg_end, needs_cuts, allow_special, flags):
+    """The tiktoken-safe cuts of packed segments: ``(sub_start, sub_end, sub_allow)``."""
+    chunk_start, chunk_end, chunk_segment = cut_chunks(buf, seg_start, seg_end, needs_cuts)
+    sub_start, sub_end, sub_chunk = cut_substrings(buf, chunk_start, chunk_end, needs_cuts[chunk_segment], flags)
+    return sub_start, sub_end, allow_special[chunk_segment[sub_chunk]]
+
+
+@kernel
+def encode_substrings_fused(tables, specials, scan_table, buf, sub_start, sub_end, sub_allow, out, cache):
+    """Specials -> Kimi scanner -> BPE over sub-strings, in one call.
+
+    Writes the ids to ``out`` (at least as long as the sub-strings' bytes: every id covers a
+    byte or more); returns ``(n_ids, run_start, run_out_end)``.
+    """
+    run_start, run_end, run_special = split_specials(buf, sub_start, sub_end, sub_allow, specials)
+    first_piece, piece_end = scan_runs(buf, run_start, run_end, run_special, scan_table)
+    run_out_end = np.empty(run_start.shape[0], dtype=np.int64)
+    n = bpe.encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece_end, out, run_out_end,
+                        cache)
+    return n, run_start, run_out_end
+
+
+@kernel
+def encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg_end, needs_cuts, allow_special,
+                        out, cache):
+    """Chunking -> run cuts -> specials -> Kimi scanner -> BPE over packed segments, in one call
+    (``out`` at least ``buf.shape[0]`` long); returns ``(n_ids, run_start, run_out_end)``."""
+    sub_start, sub_end, sub_allow = cut_packed(buf, seg_start, seg_end, needs_cuts, allow_special, flags)
+    return encode_substrings_fused(tables, specials, scan_table, buf, sub_start, sub_end, sub_allow, out, cache)
 
 
 class GroupPieces(NamedTuple):
@@ -81,6 +119,18 @@ class SubstringEncoder:
             clock.lap("bpe")
         out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
         return out, run_start, run_out_end
+
+    @property
+    def fuses(self) -> bool:
+        """Whether ``encode_packed`` can run (the compiled Kimi scanner; PCRE2 needs Python per match)."""
+        return isinstance(self.pretokenizer, KimiScanner)
+
+    def encode_packed(self, buf, seg_start, seg_end, needs_cuts, allow_special, flags, out):
+        """Every stage from the tiktoken-safe cuts on, in one compiled call without the GIL;
+        ids into ``out`` (at least ``buf.shape[0]`` long). Returns ``(n_ids, run_start, run_out_end)``."""
+        with self.piece_caches.borrow() as cache:
+            return encode_packed_fused(self.tables, self.specials, self.pretokenizer.table, flags, buf, seg_start,
+                                       seg_end, needs_cuts, allow_special, out, cache)
 
     # -- the hash-routed path: three phases, each run by several workers --------------------
 

@@ -568,3 +568,4 @@ def pretokenizer_for(pattern: str):
     if pattern == KIMI_PATTERN:
         return KimiScanner()
     return RegexPreTokenizer(pattern)
+

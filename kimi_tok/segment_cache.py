@@ -5,24 +5,27 @@ The reference encodes every segment on its own, so a segment's ids depend only o
 
 The segments one call had to encode are stored together as a ``Run``: their texts,
 their ids in one array and where each segment's ids start. A later call that sends
-the same segments again, in the same order, is served a whole slice of a run with
-one text comparison per segment and no lookup; that is what an agent loop does
-(turn N+1 = turn N + appended segments), so a turn at a million tokens assembles a
-few dozen slices instead of looking up and concatenating ~1,500 segments. Where a call
-leaves a run (an edited segment, the end of the previous turn), the run remembers which
-run the call stored next, and the following call tries that one first. Segments are
-also found one by one (edited, removed, reordered prompts): an index maps the
-fingerprint (flags, length and three short samples of the text) of each long cached
-segment, and of each run's first segment, to its run and position. Short texts
-(chat-template tags, roles) repeat all over a prompt: the index is asked about them
-only for a call's first segment; elsewhere they are taken from a run beside their
-neighbours (also backwards from a long segment the index found).
+the same segments again, in the same order, is served a whole slice of a run; that is
+what an agent loop does (turn N+1 = turn N + appended segments), so a turn at a
+million tokens assembles a few dozen slices instead of looking up and concatenating
+~1,500 segments. Where a call leaves a run (an edited segment, the end of the previous
+turn), the run remembers which run the call stored next, and the following call tries
+that one first. Segments are also found one by one (edited, removed, reordered
+prompts): an index maps the fingerprint (flags, length and three short samples of the
+text) of each long cached segment, and of each run's first segment, to its run and
+position. Short texts (chat-template tags, roles) repeat all over a prompt: the index is
+asked about them only for a call's first segment; elsewhere they are taken from a run
+beside their neighbours (also backwards from a long segment the index found).
 
-A hit always compares the whole text (``==``, which is ``is`` first): it can never
-return the ids of a different text. The fingerprint spares hashing every long text,
-which Python would redo for every new ``str`` object a serving stack builds per
-request. Two texts that share a fingerprint only cost a miss: the newer one takes the
-index slot, the older stays reachable inside its run.
+A plan is made in three steps. ``speculate`` follows runs comparing flags and lengths
+only (and the index's fingerprints), so the segments no run offers are known at once;
+``verify`` then compares every offered text in full (``==``, which is ``is`` first) --
+the one part that reads all the text, done by a Tokenizer on another thread while the
+missing segments are encoded; ``resolve`` turns a segment that differs after all into
+a missing one. Ids of a different text are never used. The fingerprint spares hashing
+every long text, which Python would redo for every new ``str`` object a serving stack
+builds per request. Two texts that share a fingerprint only cost a miss: the newer one
+takes the index slot, the older stays reachable inside its run.
 
 Memory is bounded by a byte budget (texts + ids + a fixed overhead per segment) with
 least-recently-used eviction of whole runs; a lock makes it safe for concurrent
@@ -50,6 +53,10 @@ SAMPLE_CHARS = 16  # characters sampled at the start, middle and end of a long t
 # Shorter texts (chat-template tags, roles, tool names) repeat all over a prompt: past a call's
 # first segment they are found next to their neighbours inside a run, not through the index.
 MIN_INDEXED_CHARS = 64
+KEY_SIZE = 8  # bytes per segment key (int64)
+RECENT_CALLS = 8  # calls remembered for guessing where the next one starts being new (interleaved sessions)
+ENDING_KEYS = 4  # keys of a call's last segments that a call extending it must repeat (a turn ends in template
+# segments of the same lengths every time; the ones before them are not)
 
 Key = tuple[str, bool, bool]
 Segment = tuple[str, bool]
@@ -65,6 +72,33 @@ def fingerprint(key: Key) -> tuple:
             text[middle:middle + SAMPLE_CHARS], text[-SAMPLE_CHARS:])
 
 
+def segment_keys(segments: list[Segment]) -> np.ndarray:
+    """``2 * len(text) + allow_special`` per segment: equal segments have equal keys."""
+    keys = np.fromiter(map(len, map(itemgetter(0), segments)), dtype=np.int64, count=len(segments))
+    keys *= 2
+    keys += np.fromiter(map(itemgetter(1), segments), dtype=np.bool_, count=len(segments))
+    return keys
+
+
+def _keys_of(segments, start: int, end: int) -> tuple | None:
+    """The keys of ``segments[start:end]`` if they are valid ``(str, bool)`` pairs, else None."""
+    keys = []
+    for segment in segments[start:end]:
+        if not (type(segment) is tuple and len(segment) == 2 and type(segment[0]) is str
+                and type(segment[1]) is bool):
+            return None
+        keys.append(2 * len(segment[0]) + segment[1])
+    return tuple(keys)
+
+
+def _n_same_keys(run: Run, at: int, keys: np.ndarray, key_bytes: bytes, i: int) -> int:
+    """How many segments from call index ``i`` on have the keys of ``run``'s from position ``at`` on."""
+    n = min(len(run.segments) - at, keys.shape[0] - i)
+    if run.key_bytes[KEY_SIZE * at:KEY_SIZE * (at + n)] == key_bytes[KEY_SIZE * i:KEY_SIZE * (i + n)]:
+        return n  # one memcmp: the common case (a run repeated to its end)
+    return int(np.argmin(run.keys[at:at + n] == keys[i:i + n]))
+
+
 def check_segment_cache_bytes(value) -> None:
     """``segment_cache_bytes`` is None or a non-negative int (0 and None: no cache)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -74,8 +108,8 @@ def check_segment_cache_bytes(value) -> None:
 class Run:
     """Consecutive segments encoded by one call, with their ids (which never change once built)."""
 
-    __slots__ = ("segments", "tiktoken_safe", "ids", "bounds", "fingerprints", "nbytes", "continuations",
-                 "__weakref__")
+    __slots__ = ("segments", "tiktoken_safe", "ids", "bounds", "char_bounds", "keys", "key_bytes", "fingerprints",
+                 "nbytes", "continuations", "__weakref__")
 
     def __init__(self, segments: list[Segment], tiktoken_safe: bool, ids: np.ndarray, bounds: list[int],
                  texts: list[str], lengths: np.ndarray) -> None:
@@ -84,6 +118,9 @@ class Run:
         self.tiktoken_safe = tiktoken_safe  # the same for all segments of a run (part of their keys)
         self.ids = ids  # read-only; segment k is ids[bounds[k]:bounds[k + 1]]
         self.bounds = bounds
+        self.char_bounds = [0, *np.cumsum(lengths).tolist()]  # segment k's text: chars char_bounds[k]..[k + 1]
+        self.keys = segment_keys(segments)  # what speculate compares: lengths and flags
+        self.key_bytes = self.keys.tobytes()
         indexed = np.flatnonzero(lengths >= MIN_INDEXED_CHARS).tolist()
         if not indexed or indexed[0] != 0:
             indexed.insert(0, 0)
@@ -113,6 +150,25 @@ class CachePlan(NamedTuple):
     after: list  # per stretch of missing segments: (run, position) where the call left a run right before it, or None
 
 
+class Span(NamedTuple):
+    """Call segments ``at .. at + (end - first) - 1`` are run positions ``first .. end - 1``."""
+
+    run: Run
+    first: int
+    end: int
+    at: int
+
+
+class Speculation(NamedTuple):
+    """A plan whose texts are not compared yet: ``spans`` matched on flags and lengths only
+    (or the index's fingerprint); ``missing`` are the call's segments no run offered."""
+
+    spans: list[Span]
+    missing: list[int]
+    segments: list[Segment]
+    tiktoken_safe: bool
+
+
 class SegmentCache:
     """``(text, allow_special, tiktoken_safe) -> uint32 ids``, stored in runs, LRU within ``budget_bytes``.
 
@@ -133,6 +189,9 @@ class SegmentCache:
         self._lock = threading.Lock()
         self.hits = 0  # segments served from the cache
         self.misses = 0  # segments that had to be encoded
+        # (n_segments, keys of the last ENDING_KEYS segments, chars, tiktoken_safe) of the latest calls, newest last:
+        # where a call that extends one of them is likely to start being new (``recent_call_ending``)
+        self._recent_calls: list[tuple[int, int, int, bool]] = []
 
     @property
     def used_bytes(self) -> int:
@@ -145,74 +204,176 @@ class SegmentCache:
     def plan(self, segments: list[Segment], tiktoken_safe: bool) -> CachePlan:
         """Find the cached ones among validated ``segments``; see ``CachePlan``.
 
-        While the call repeats a run segment after segment, each segment costs one text
-        comparison; the index is consulted only where that chain breaks, and only for
-        texts long enough to be indexed. A hit in the middle of a run also takes the
-        segments just before it that match the run backwards (a call opening with short
-        chat-template segments).
+        ``speculate``, ``verify`` and ``resolve`` in a row (a Tokenizer runs ``verify`` on
+        another thread while it encodes the segments ``speculate`` could not offer).
         """
-        parts: list = []
+        speculation = self.speculate(segments, tiktoken_safe)
+        return self.resolve(speculation, self.verify(speculation))
+
+    def speculate(self, segments: list[Segment], tiktoken_safe: bool) -> Speculation:
+        """Offer cached segments for validated ``segments``, comparing flags and lengths only.
+
+        While the call repeats a run, its segments are matched by their keys (length and
+        flag) in one comparison per run; the index is consulted only where that chain
+        breaks, and only for texts long enough to be indexed (a match there: equal
+        fingerprints). A hit in the middle of a run also takes the segments just before it
+        that match the run backwards (a call opening with short chat-template segments).
+        Texts are compared by ``verify``; a segment that differs after all is looked up on
+        its own or encoded (``resolve``).
+        """
+        spans: list[Span] = []
         missing: list[int] = []
-        after: list = []  # per stretch of missing segments: (run, position) where the call left a run just before
-        used: list[Run] = []
-        left: tuple[Run, int] | None = None  # where the span closed last left its run
         index = self._index
+        keys = segment_keys(segments)
+        key_bytes = keys.tobytes()
+        n = len(segments)
         run: Run | None = None
         span_start = at = 0  # the current span: run positions span_start..at-1
-        stretch = -1  # while segments are missing: where their stretch starts in ``missing``
+        span_at = 0  # call index of the current span's first segment
+        i = 0
         with self._lock:
-            for i, (text, allow) in enumerate(segments):
+            while i < n:
                 if run is not None:
-                    if at < len(run.segments):
-                        cached_text, cached_allow = run.segments[at]
-                        if cached_allow is allow and cached_text == text:
-                            at += 1
-                            continue
-                    parts.append(run.ids[run.bounds[span_start]:run.bounds[at]])
-                    left = (run, at)
+                    same = _n_same_keys(run, at, keys, key_bytes, i)
+                    at += same
+                    i += same
+                    if i == n:
+                        break
+                    spans.append(Span(run, span_start, at, span_at))
                     hint = run.continuations.get(at)
                     following = hint() if hint is not None else None
                     run = None
-                    if following is not None and following.tiktoken_safe == tiktoken_safe:
-                        cached_text, cached_allow = following.segments[0]
-                        if cached_allow is allow and cached_text == text:
-                            run, span_start, at = following, 0, 1
-                            used.append(run)
-                            continue
+                    if (following is not None and following.tiktoken_safe == tiktoken_safe
+                            and following.keys[0] == keys[i]):
+                        run, span_start, at, span_at = following, 0, 1, i
+                        self._runs.move_to_end(run)
+                        i += 1
+                        continue
+                text, allow = segments[i]
                 found = (index.get(fingerprint((text, allow, tiktoken_safe)))
                          if len(text) >= MIN_INDEXED_CHARS or i == 0 else None)
-                if found is not None and found[0].segments[found[1]][0] == text:
-                    run, at = found
-                    span_start = at
-                    at += 1
-                    used.append(run)
-                    while span_start > 0 and len(missing) > stretch >= 0 and missing[-1] == i - (at - span_start):
-                        cached_text, cached_allow = run.segments[span_start - 1]
-                        text_before, allow_before = segments[missing[-1]]
-                        if not (cached_allow is allow_before and cached_text == text_before):
-                            break
-                        missing.pop()  # served by this run after all
-                        span_start -= 1
-                    if stretch >= 0:
-                        if len(missing) > stretch:
-                            parts.append((stretch, len(missing)))
-                        else:
-                            after.pop()  # the whole stretch was served by the run
-                        stretch = -1
+                if found is None:
+                    missing.append(i)
+                    i += 1
                     continue
-                if stretch < 0:
-                    stretch = len(missing)
-                    after.append(left if parts else None)
-                missing.append(i)
+                run, at = found
+                span_start, span_at = at, i
+                at += 1
+                i += 1
+                self._runs.move_to_end(run)
+                # take the missing segments just before it that match the run backwards
+                while (span_start > 0 and missing and missing[-1] == span_at - 1
+                       and run.keys[span_start - 1] == keys[span_at - 1]):
+                    missing.pop()
+                    span_start -= 1
+                    span_at -= 1
+            if run is not None:
+                spans.append(Span(run, span_start, at, span_at))
+            self._remember_call(n, tuple(keys[-ENDING_KEYS:].tolist()), int(keys.sum() >> 1), tiktoken_safe)
+        return Speculation(spans, missing, segments, tiktoken_safe)
+
+    def _remember_call(self, n_segments: int, ending: tuple, chars: int, tiktoken_safe: bool) -> None:
+        calls = self._recent_calls
+        calls[:] = [call for call in calls if call[:2] != (n_segments, ending)]
+        calls.append((n_segments, ending, chars, tiktoken_safe))
+        del calls[:-RECENT_CALLS]
+
+    def recent_call_ending(self, segments, tiktoken_safe: bool) -> tuple[int, int] | None:
+        """``(n, chars)`` of a recent call that ``segments`` (not yet validated) may extend: the
+        longest with at most len(segments) segments whose last ``ENDING_KEYS`` segments have the
+        keys of ``segments[n - ENDING_KEYS:n]``; it had n segments and ``chars`` characters. None
+        if there is none, or if it is as long as ``segments`` (a call sent again: nothing new to
+        encode ahead). A guess, checked later like any offer."""
+        with self._lock:
+            calls = sorted(self._recent_calls, key=itemgetter(0), reverse=True)
+        for n, ending, chars, safe in calls:
+            if safe == tiktoken_safe and 0 < n <= len(segments) and _keys_of(segments, n - len(ending), n) == ending:
+                return (n, chars) if n < len(segments) else None
+        return None
+
+    @staticmethod
+    def verify(speculation: Speculation, spans: list[Span] | None = None) -> list[int]:
+        """The call indices, in order, of the offered segments whose text differs after all
+        (of ``spans``, a part of ``speculation.spans``, if given).
+
+        Runs never change once stored, so this needs no lock (and may run on another thread
+        while the missing segments are encoded). A span is compared as a whole first: a
+        C loop over the segments, ``is`` before ``==`` for each text.
+        """
+        segments = speculation.segments
+        failed: list[int] = []
+        for run, first, end, at in speculation.spans if spans is None else spans:
+            offered = run.segments[first:end]
+            if offered == segments[at:at + end - first]:
+                continue
+            for k, (cached, call) in enumerate(zip(offered, segments[at:at + end - first])):
+                if not (cached[1] is call[1] and cached[0] == call[0]):
+                    failed.append(at + k)
+        return failed
+
+    def resolve(self, speculation: Speculation, failed: list[int]) -> CachePlan:
+        """The plan once ``verify`` found ``failed``: the spans they were offered in are cut
+        around them, and each is looked up on its own (index, compared in full) or missing."""
+        parts: list = []
+        missing: list[int] = []
+        after: list = []
+        left = None  # (run, position) where the latest span part ended
+        stretch = -1  # while segments are missing: where their stretch starts in ``missing``
+        spec_missing = speculation.missing
+        m = f = 0
+
+        def add_missing(i: int) -> None:
+            nonlocal stretch
+            if stretch < 0:
+                stretch = len(missing)
+                after.append(left if parts else None)
+            missing.append(i)
+
+        def add_span(run: Run, first: int, end: int) -> None:
+            nonlocal stretch, left
             if stretch >= 0:
                 parts.append((stretch, len(missing)))
-            if run is not None:
-                parts.append(run.ids[run.bounds[span_start]:run.bounds[at]])
-            for run in used:
-                self._runs.move_to_end(run)
-            self.hits += len(segments) - len(missing)
+                stretch = -1
+            parts.append(run.ids[run.bounds[first]:run.bounds[end]])
+            left = (run, end)
+
+        for run, first, end, at in speculation.spans:
+            while m < len(spec_missing) and spec_missing[m] < at:
+                add_missing(spec_missing[m])
+                m += 1
+            stop = at + end - first
+            while f < len(failed) and failed[f] < stop:
+                bad = failed[f]
+                f += 1
+                if bad > at:
+                    add_span(run, first, first + bad - at)
+                found = self._find(speculation.segments[bad], speculation.tiktoken_safe)
+                if found is None:
+                    add_missing(bad)
+                else:
+                    add_span(found[0], found[1], found[1] + 1)
+                first += bad + 1 - at
+                at = bad + 1
+            if at < stop:
+                add_span(run, first, end)
+        while m < len(spec_missing):
+            add_missing(spec_missing[m])
+            m += 1
+        if stretch >= 0:
+            parts.append((stretch, len(missing)))
+        with self._lock:
+            self.hits += len(speculation.segments) - len(missing)
             self.misses += len(missing)
         return CachePlan(parts, missing, after)
+
+    def _find(self, segment: Segment, tiktoken_safe: bool) -> tuple[Run, int] | None:
+        """``(run, position)`` of a text the index holds, compared in full, or None."""
+        text, allow = segment
+        with self._lock:
+            found = self._index.get(fingerprint((text, allow, tiktoken_safe)))
+        if found is None or found[0].segments[found[1]] != segment:
+            return None
+        return found
 
     def store(self, segments: list[Segment], tiktoken_safe: bool, plan: CachePlan,
               ids: np.ndarray, bounds: np.ndarray) -> None:
@@ -273,6 +434,7 @@ class SegmentCache:
 
     def clear(self) -> None:
         with self._lock:
+            self._recent_calls.clear()
             self._runs.clear()
             self._index.clear()
             self._used = 0

@@ -113,3 +113,14 @@ def pack_segments(
         np.array(origin, dtype=np.int64),
         len(segments),
     )
+
+
+def segment_bounds(packed: PackedSegments, run_start: np.ndarray, run_out_end: np.ndarray) -> np.ndarray:
+    """Where each of the caller's segments starts and ends in the ids (``n_segments + 1`` offsets)."""
+    run_ids = np.diff(run_out_end, prepend=0)
+    packed_of_run = np.searchsorted(packed.seg_end, run_start, side="right")
+    per_packed = np.bincount(packed_of_run, weights=run_ids, minlength=len(packed.origin))
+    per_segment = np.bincount(packed.origin, weights=per_packed, minlength=packed.n_segments)
+    bounds = np.zeros(packed.n_segments + 1, dtype=np.int64)
+    np.cumsum(per_segment.astype(np.int64), out=bounds[1:])
+    return bounds

@@ -285,18 +285,25 @@ def test_edit_inside_a_run_misses_only_around_the_edit(cached, plain):
 
 
 def test_prompts_of_short_segments_only_are_reused(cached, plain):
-    """No segment long enough for the index: the call's first segment finds the run, and after an
-    edit the run stored for the rest of that call is found where the old run was left."""
+    """No segment long enough for the index: the call's first segment finds the run. An edit that
+    keeps the length misses only the edited segment (the run is followed past it); one that
+    changes it ends the chain, and the run stored for the rest of that call is found where the
+    old run was left by the next call."""
     words = [(f"w{k} ", k % 7 == 0) for k in range(3_000)]
     cached.encode_segments(words)
     again = rerender(words)
     assert cached.segment_cache.plan(again, True).missing == []
     assert ids_of(cached, again) == ids_of(plain, again)
     edited = rerender(words)
-    edited[1_500] = ("w1500!", False)
+    edited[1_500] = ("w1500!", False)  # same length
+    assert cached.segment_cache.plan(edited, True).missing == [1_500]
     assert ids_of(cached, edited) == ids_of(plain, edited)
     edited = rerender(edited)
-    assert cached.segment_cache.plan(edited, True).missing == []
+    edited[2_000] = ("w2000!!", False)  # longer
+    assert cached.segment_cache.plan(edited, True).missing == list(range(1_500, 1_501)) + list(range(2_000, 3_000))
+    assert ids_of(cached, edited) == ids_of(plain, edited)
+    edited = rerender(edited)
+    assert cached.segment_cache.plan(edited, True).missing == [1_500]  # 6 characters: never worth storing
     assert ids_of(cached, edited) == ids_of(plain, edited)
 
 

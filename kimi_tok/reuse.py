@@ -1,0 +1,144 @@
+"""An agent loop's turn on two threads: encode the new segments while the call is planned.
+
+At the end of a long agent loop one call costs two things of similar size:
+
+* planning it with the segment cache: validating ~1,500 segments, offering cached ones
+  (``SegmentCache.speculate``) and comparing their texts with the call's (``verify``:
+  Python ``==`` on every cached text, ~0.7 ms for a 1M-token prompt of fresh ``str``
+  objects), then copying ~4 MB of cached ids into the output. All of it holds the GIL.
+* encoding the appended segments: one compiled call without the GIL, ~1.8 ms for 33k
+  tokens of text the CPU caches have not seen.
+
+A turn is the previous prompt plus new segments, and a segment's ids depend only on its
+text, so the segments after where a recent call ended can be encoded before the plan
+says they are new (``EncodeAhead``): this thread encodes them while a pool thread plans
+the call. If the guess was wrong (they were cached after all, or others are missing
+too), the plan still decides, and nothing but some encoding is wasted.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .encoder import ID_DTYPE
+from .parallel import MIN_BYTES_PER_JOB, thread_pool
+from .segment_cache import CachePlan, SegmentCache
+from .segments import PackedSegments, pack_segments, validate_segments
+
+# Encoding ahead is worth a pool thread (hand-offs cost ~0.1 ms here) when there is much to plan and to encode:
+MIN_AHEAD_PLAN_CHARS = 1 << 18  # characters of the recent call the new one extends
+MIN_AHEAD_BYTES = 1 << 12  # bytes of new text
+HELPER_THREADS = 2  # the pool's size needed: this call's helper (and whatever else uses the pool)
+
+
+class Encoded(NamedTuple):
+    """What a call's segment-cache path produced: all its ids (``ids``), or, for a count, None
+    and ``n_ids``."""
+
+    ids: np.ndarray | None
+    n_ids: int
+
+
+def copy_parts(parts: list[np.ndarray], out: np.ndarray) -> None:
+    """``out[:total] = concatenate(parts)`` without building the concatenation."""
+    at = 0
+    for part in parts:
+        out[at:at + part.shape[0]] = part
+        at += part.shape[0]
+
+
+class EncodeAhead:
+    """The segments after where a recent call ended, the likely new part of an agent loop's turn
+    (the previous prompt plus new segments). A segment's ids depend only on its text, so
+    encoding them before the plan is never wrong (at worst wasted, if the plan finds them
+    cached after all).
+
+    ``run`` encodes them on this thread in one GIL-free compiled call while a pool thread
+    validates, plans and verifies the whole call and copies its cached ids into the output
+    (all of which needs the GIL). This way round no thread waits for another to start: the
+    pool thread takes the GIL as soon as this one enters compiled code.
+    """
+
+    def __init__(self, first: int, packed: PackedSegments) -> None:
+        self.first = first  # call index of the first segment encoded ahead
+        self.packed = packed
+
+    @classmethod
+    def start(cls, tok, cache: SegmentCache, segments, tiktoken_safe: bool) -> "EncodeAhead | None":
+        """The likely new segments of ``segments``, packed, or None when there is no good guess or
+        they are not worth a thread: see ``SegmentCache.recent_call_ending``."""
+        if tok.n_jobs < 2 or not tok._encoder.fuses or not isinstance(segments, list):
+            return None
+        ending = cache.recent_call_ending(segments, tiktoken_safe)
+        if ending is None or ending[1] < MIN_AHEAD_PLAN_CHARS:
+            return None
+        first = ending[0]
+        try:
+            tail = validate_segments(segments[first:])
+        except TypeError:
+            return None  # the whole call's validation names the bad segment
+        packed = pack_segments(tail, tiktoken_safe, tok._flags, validated=True)
+        if not MIN_AHEAD_BYTES <= packed.buf.shape[0] < 2 * MIN_BYTES_PER_JOB:
+            return None
+        return cls(first, packed)
+
+    def run(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool) -> Encoded:
+        """The whole call: the plan on a pool thread, the segments from ``first`` on here."""
+        n_ahead = self.packed.n_segments
+
+        def plan_call():
+            valid = validate_segments(segments)
+            speculation = cache.speculate(valid, tiktoken_safe)
+            plan = cache.resolve(speculation, cache.verify(speculation))
+            out, n_cached = None, 0
+            if want_ids and plan.missing and plan.missing[0] == self.first and len(plan.missing) == n_ahead:
+                cached = plan.parts[:-1]  # the guess was right: all cached parts come first
+                n_cached = sum(part.shape[0] for part in cached)
+                out = np.empty(n_cached + self.packed.buf.shape[0], dtype=ID_DTYPE)  # an id covers >= 1 byte
+                copy_parts(cached, out)
+            return valid, plan, out, n_cached
+
+        planned = thread_pool(HELPER_THREADS).submit(plan_call)
+        try:
+            ids, bounds = tok._encode_fused(self.packed)
+        finally:
+            valid, plan, out, n_cached = planned.result()  # raises what validation raised
+        ids, bounds = self._ids_of(plan.missing, ids, bounds, lambda indices: tok._encode_packed(
+            pack_segments([valid[i] for i in indices], tiktoken_safe, tok._flags, validated=True), tok.n_jobs))
+        if plan.missing:
+            cache.store(valid, tiktoken_safe, plan, ids, bounds)
+        if out is None:
+            return assemble(plan, ids, bounds, len(valid), want_ids)
+        n_ids = n_cached + ids.shape[0]
+        out[n_cached:n_ids] = ids
+        out.resize((n_ids,), refcheck=False)  # shrinks in place: no copy
+        return Encoded(out, n_ids)
+
+    def _ids_of(self, missing: list[int], ids: np.ndarray, bounds: np.ndarray, encode_others):
+        """``(ids, bounds)`` of the call's ``missing`` segments, in order: those encoded ahead from
+        ``ids``/``bounds``, the others through ``encode_others(indices) -> (ids, bounds)``."""
+        ahead = [i for i in missing if i >= self.first]
+        if len(ahead) == len(missing) == self.packed.n_segments:
+            return ids, bounds
+        others = [i for i in missing if i < self.first]
+        other_ids, other_bounds = encode_others(others) if others else (ids[:0], np.zeros(1, dtype=np.int64))
+        pieces = [other_ids[other_bounds[k]:other_bounds[k + 1]] for k in range(len(others))]
+        pieces += [ids[bounds[i - self.first]:bounds[i - self.first + 1]] for i in ahead]
+        merged_bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
+        np.cumsum([piece.shape[0] for piece in pieces], out=merged_bounds[1:])
+        return (np.concatenate(pieces) if pieces else ids[:0]).astype(ID_DTYPE, copy=False), merged_bounds
+
+
+def assemble(plan: CachePlan, new_ids: np.ndarray, bounds: np.ndarray, n_segments: int, want_ids: bool) -> Encoded:
+    """The call's ids from the plan's cached parts and the new ids (or only their count)."""
+    if len(plan.missing) == n_segments:
+        return Encoded(new_ids, len(new_ids))
+    parts = [part if isinstance(part, np.ndarray) else new_ids[bounds[part[0]]:bounds[part[1]]] for part in plan.parts]
+    n_ids = sum(len(part) for part in parts)
+    if not want_ids:
+        return Encoded(None, n_ids)
+    if len(parts) == 1:
+        return Encoded(parts[0].copy(), n_ids)  # a cached slice is read-only and shared: the caller gets its own
+    return Encoded(np.concatenate(parts) if parts else np.empty(0, dtype=ID_DTYPE), n_ids)

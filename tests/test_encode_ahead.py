@@ -1,0 +1,201 @@
+"""Encoding an agent loop's new segments ahead of the plan (``reuse.EncodeAhead``) is exact.
+
+A call that extends a recent one has its segments after where that call ended encoded on
+this thread while a pool thread validates, plans and verifies the call. The guess can be
+wrong in every way (segments before the guess are missing too, segments after it are
+cached after all, an offered text differs at the same length, a segment is invalid): the
+ids must still equal the uncached tokenizer's and the tiktoken reference's. Most tests lower
+the size thresholds so that small prompts take the path; one runs at the real ones.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import kimi_tok
+from kimi_tok import reuse
+from kimi_tok.reuse import EncodeAhead
+from kimi_tok.samples import sample_text
+from kimi_tok.segments import pack_segments
+from tests.parity import describe_mismatch, short_repr
+
+BUDGET = 64 << 20
+
+
+@pytest.fixture(scope="module")
+def plain() -> kimi_tok.Tokenizer:
+    return kimi_tok.kimi_k3(segment_cache_bytes=0)
+
+
+@pytest.fixture()
+def cached() -> kimi_tok.Tokenizer:
+    tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=BUDGET)
+    tok.segment_cache.clear()
+    return tok
+
+
+@pytest.fixture()
+def low_thresholds(monkeypatch):
+    monkeypatch.setattr(reuse, "MIN_AHEAD_PLAN_CHARS", 1_000)
+    monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
+
+
+@pytest.fixture()
+def ahead_calls(monkeypatch) -> list[int]:
+    """Records ``first`` of every call that encoded ahead."""
+    calls: list[int] = []
+    run = EncodeAhead.run
+
+    def spy(self, *args, **kwargs):
+        calls.append(self.first)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(EncodeAhead, "run", spy)
+    return calls
+
+
+def chat_turn(turn: int, n_chars: int) -> list:
+    """A K3-style turn: template segments around a tool output (as bench.agent_loop renders)."""
+    return [("<|open|>", True), ("message", False), (' role="tool"', False), ("<|sep|>", True),
+            (sample_text(n_chars, seed=9_000 + turn), False), ("<|close|>", True), ("message", False)]
+
+
+def rerender(segments) -> list:
+    return [((text + " ")[:-1], allow) for text, allow in segments]
+
+
+def check(tok, plain, ref, segments, what: str) -> list[int]:
+    got = tok.encode_segments(segments).ids
+    expected = plain.encode_segments(segments).ids
+    if got != expected:
+        raise AssertionError(describe_mismatch(expected, got, f"{what}: {short_repr(segments)}"))
+    assert got == ref.encode_segments(segments), what
+    return got
+
+
+def test_agent_loop_turns_encode_ahead(cached, plain, ref, low_thresholds, ahead_calls):
+    segments: list = []
+    for turn in range(6):
+        new = chat_turn(turn, 1_500 + 400 * turn)
+        segments = rerender(segments) + new
+        check(cached, plain, ref, segments, f"turn {turn}")
+        if turn:
+            assert ahead_calls[-1] == len(segments) - len(new), "the new turn was not encoded ahead"
+    assert len(ahead_calls) == 5
+    assert cached.segment_cache.plan(rerender(segments), True).missing == []
+
+
+def test_count_tokens_encodes_ahead_too(cached, plain, low_thresholds, ahead_calls):
+    segments = chat_turn(0, 3_000)
+    cached.encode_segments(segments)
+    longer = rerender(segments) + chat_turn(1, 2_000)
+    assert cached.count_tokens(longer) == len(plain.encode_segments(longer))
+    assert ahead_calls == [len(segments)]
+    assert cached.segment_cache.plan(rerender(longer), True).missing == []  # stored by the count
+
+
+def test_a_call_sent_again_is_not_encoded_ahead(cached, plain, low_thresholds, ahead_calls):
+    segments = chat_turn(0, 3_000) + chat_turn(1, 3_000)
+    cached.encode_segments(segments[:7])
+    cached.encode_segments(segments)
+    assert ahead_calls == [7]
+    for _ in range(2):  # the same call again (and a count of it): nothing is new
+        assert cached.encode_segments(rerender(segments)).ids == plain.encode_segments(segments).ids
+        assert cached.count_tokens(rerender(segments)) == len(plain.encode_segments(segments))
+    assert ahead_calls == [7]
+
+
+def test_edit_before_the_new_segments_is_encoded_too(cached, plain, ref, low_thresholds, ahead_calls):
+    """The guess is right about the new segments, but an earlier one changed: once at the same
+    length (offered, rejected by verify) and once at another length."""
+    segments = chat_turn(0, 2_500) + chat_turn(1, 2_500)
+    cached.encode_segments(segments)
+    text = segments[4][0]
+    for k, edited_text in enumerate((text[:100] + "#" + text[101:], text + "!")):
+        edited = rerender(segments)
+        edited[4] = (edited_text, False)
+        edited += chat_turn(2 + k, 1_000)
+        check(cached, plain, ref, edited, f"edit {k}")
+        assert ahead_calls[-1] == len(segments)
+        segments = edited
+
+
+def test_wrong_guess_encodes_what_the_plan_misses(cached, plain, ref):
+    """``EncodeAhead`` run by hand with a guess that is wrong both ways: the segments after it
+    are cached, the ones before it are not."""
+    head, tail = chat_turn(0, 2_000), chat_turn(1, 2_000)
+    cached.encode_segments(tail)
+    segments = rerender(head + tail)
+    first = len(head) + 2
+    packed = pack_segments(segments[first:], True, cached._flags)
+    result = EncodeAhead(first, packed).run(cached, cached.segment_cache, segments, True, want_ids=True)
+    assert result.ids.tolist() == plain.encode_segments(segments).ids == ref.encode_segments(segments)
+    assert result.n_ids == len(result.ids)
+
+
+def test_bad_segment_in_the_prefix_names_it(cached, low_thresholds, ahead_calls):
+    segments = chat_turn(0, 3_000)
+    cached.encode_segments(segments)
+    bad = rerender(segments) + chat_turn(1, 2_000)
+    bad[2] = (b" role", False)
+    with pytest.raises(TypeError, match="segment 2: text must be a str"):
+        cached.encode_segments(bad)
+    assert ahead_calls == [len(segments)]  # the new segments were valid: they went ahead
+    bad[2] = (" role", 1)
+    with pytest.raises(TypeError, match="segment 2: allow_special must be a bool"):
+        cached.count_tokens(bad)
+
+
+def test_returned_ids_are_the_callers(cached, plain, low_thresholds, ahead_calls):
+    segments = chat_turn(0, 3_000)
+    cached.encode_segments(segments)
+    longer = rerender(segments) + chat_turn(1, 2_000)
+    ids = cached.encode_to_numpy(longer)
+    assert ahead_calls and ids.flags.writeable and ids.flags.owndata
+    ids[:] = 0  # must not reach the cache
+    assert cached.encode_segments(rerender(longer)).ids == plain.encode_segments(longer).ids
+
+
+def test_concurrent_agent_loops_share_one_tokenizer(cached, plain, low_thresholds):
+    """Four conversations on four threads, turns interleaved: guesses come from each other's calls."""
+
+    def conversation(k: int) -> list[list[int]]:
+        segments: list = []
+        out = []
+        for turn in range(5):
+            segments = rerender(segments) + chat_turn(100 * k + turn, 1_200 + 300 * turn)
+            out.append(cached.encode_segments(segments).ids)
+        return out
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(conversation, range(4)))
+    for k, got in enumerate(results):
+        segments: list = []
+        for turn in range(5):
+            segments = segments + chat_turn(100 * k + turn, 1_200 + 300 * turn)
+            assert got[turn] == plain.encode_segments(segments).ids, (k, turn)
+
+
+def test_real_thresholds(cached, plain, ref, ahead_calls):
+    """A turn after a ~300k-character prompt takes the path with the shipped thresholds."""
+    segments = chat_turn(0, 300_000)
+    cached.encode_segments(segments)
+    longer = rerender(segments) + chat_turn(1, 8_000)
+    got = check(cached, plain, ref, longer, "real thresholds")
+    assert ahead_calls == [len(segments)]
+    assert np.array_equal(cached.encode_to_numpy(rerender(longer)), np.array(got, dtype=np.uint32))
+
+
+def test_one_job_never_uses_a_helper_thread(plain, low_thresholds, ahead_calls):
+    tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=BUDGET)
+    tok.segment_cache.clear()
+    segments = chat_turn(0, 3_000)
+    tok.encode_segments(segments)
+    before = threading.active_count()
+    longer = rerender(segments) + chat_turn(1, 2_000)
+    assert tok.encode_segments(longer).ids == plain.encode_segments(longer).ids
+    assert ahead_calls == [] and threading.active_count() == before
