@@ -243,8 +243,9 @@ class SegmentCache:
                     hint = run.continuations.get(at)
                     following = hint() if hint is not None else None
                     run = None
-                    if (following is not None and following.tiktoken_safe == tiktoken_safe
-                            and following.keys[0] == keys[i]):
+                    # an evicted run may live on (a concurrent call still holds it): never offer it
+                    if (following is not None and following in self._runs
+                            and following.tiktoken_safe == tiktoken_safe and following.keys[0] == keys[i]):
                         run, span_start, at, span_at = following, 0, 1, i
                         self._runs.move_to_end(run)
                         i += 1

@@ -506,3 +506,19 @@ def test_texts_sharing_a_fingerprint_never_share_ids(ref):
         segments = [(text, False)]
         assert tok.encode_segments(segments).ids == ref.encode_segments(segments)
         assert tok.count_tokens(segments) == len(ref.encode_segments(segments))
+
+
+def test_hint_to_an_evicted_run_that_lives_on(cached, plain):
+    """A continuation hint may point to a run already evicted but still alive (a concurrent call
+    holds it): it is not offered, the call encodes those segments again, ids stay exact."""
+    first, second = chat_turn(0, 2_000), chat_turn(1, 2_000)
+    cache = cached.segment_cache
+    cached.encode_segments(first)
+    cached.encode_segments(rerender(first) + second)  # the run of `first` hints at the run of `second`
+    cached.encode_segments(rerender(first))  # `first` is now the most recently used
+    alive = list(cache._runs)  # what a concurrent call's plan would hold
+    cache._evict_oldest()  # evicts the run of `second`
+    assert len(cache) == len(first) and len(alive) == 2
+    both = rerender(first) + rerender(second)
+    assert cache.plan(both, True).missing == list(range(len(first), len(both)))
+    assert ids_of(cached, both) == ids_of(plain, both)
