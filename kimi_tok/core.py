@@ -30,7 +30,7 @@ from .parallel import (
     check_n_jobs, encode_groups_on_threads, encode_on_threads, split_spans,
 )
 from .pretokenize import KIMI_PATTERN, split_at_safe_points
-from .reuse import EncodeAhead, Encoded, assemble
+from .reuse import EncodeAhead, Encoded, assemble, merge_encodings
 from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache, check_segment_cache_bytes
 from .segments import PackedSegments, pack_segments, segment_bounds, validate_segments
 from .unicode_classes import code_point_flags
@@ -302,17 +302,7 @@ class Tokenizer:
         late_ids, late_bounds = self._encode_packed(
             pack_segments([segments[i] for i in late], tiktoken_safe, self._flags, validated=True), self.n_jobs
         )
-        pieces, a, b = [], 0, 0
-        for i in all_missing:
-            if a < len(first_missing) and first_missing[a] == i:
-                pieces.append(ids[bounds[a]:bounds[a + 1]])
-                a += 1
-            else:
-                pieces.append(late_ids[late_bounds[b]:late_bounds[b + 1]])
-                b += 1
-        merged_bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
-        np.cumsum([len(piece) for piece in pieces], out=merged_bounds[1:])
-        return np.concatenate(pieces).astype(ID_DTYPE, copy=False), merged_bounds
+        return merge_encodings(all_missing, [(first_missing, ids, bounds), (late, late_ids, late_bounds)])
 
     def encode_to_numpy(self, segments: Sequence[tuple[str, bool]], tiktoken_safe: bool = True) -> np.ndarray:
         """``encode_segments(...).into_numpy()["ids"]`` in one call."""

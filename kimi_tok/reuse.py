@@ -119,16 +119,25 @@ class EncodeAhead:
     def _ids_of(self, missing: list[int], ids: np.ndarray, bounds: np.ndarray, encode_others):
         """``(ids, bounds)`` of the call's ``missing`` segments, in order: those encoded ahead from
         ``ids``/``bounds``, the others through ``encode_others(indices) -> (ids, bounds)``."""
-        ahead = [i for i in missing if i >= self.first]
-        if len(ahead) == len(missing) == self.packed.n_segments:
+        ahead = range(self.first, self.first + self.packed.n_segments)
+        if len(missing) == len(ahead) and missing[0] == self.first:
             return ids, bounds
         others = [i for i in missing if i < self.first]
-        other_ids, other_bounds = encode_others(others) if others else (ids[:0], np.zeros(1, dtype=np.int64))
-        pieces = [other_ids[other_bounds[k]:other_bounds[k + 1]] for k in range(len(others))]
-        pieces += [ids[bounds[i - self.first]:bounds[i - self.first + 1]] for i in ahead]
-        merged_bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
-        np.cumsum([piece.shape[0] for piece in pieces], out=merged_bounds[1:])
-        return (np.concatenate(pieces) if pieces else ids[:0]).astype(ID_DTYPE, copy=False), merged_bounds
+        sources = [(ahead, ids, bounds)] + ([(others, *encode_others(others))] if others else [])
+        return merge_encodings(missing, sources)
+
+
+def merge_encodings(missing: list[int], sources: list) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, bounds)`` of the call's ``missing`` segments, in order, from ``sources``: each is
+    ``(indices, ids, bounds)``, its k-th call index having ``ids[bounds[k]:bounds[k + 1]]``."""
+    where = {i: (ids, bounds, k) for indices, ids, bounds in sources for k, i in enumerate(indices)}
+    pieces = []
+    for i in missing:
+        ids, bounds, k = where[i]
+        pieces.append(ids[bounds[k]:bounds[k + 1]])
+    merged_bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum([piece.shape[0] for piece in pieces], out=merged_bounds[1:])
+    return (np.concatenate(pieces) if pieces else np.empty(0, dtype=ID_DTYPE)).astype(ID_DTYPE, copy=False), merged_bounds
 
 
 def assemble(plan: CachePlan, new_ids: np.ndarray, bounds: np.ndarray, n_segments: int, want_ids: bool) -> Encoded:

@@ -108,8 +108,8 @@ def check_segment_cache_bytes(value) -> None:
 class Run:
     """Consecutive segments encoded by one call, with their ids (which never change once built)."""
 
-    __slots__ = ("segments", "tiktoken_safe", "ids", "bounds", "char_bounds", "keys", "key_bytes", "fingerprints",
-                 "nbytes", "continuations", "__weakref__")
+    __slots__ = ("segments", "tiktoken_safe", "ids", "bounds", "keys", "key_bytes", "fingerprints", "nbytes",
+                 "continuations", "__weakref__")
 
     def __init__(self, segments: list[Segment], tiktoken_safe: bool, ids: np.ndarray, bounds: list[int],
                  texts: list[str], lengths: np.ndarray) -> None:
@@ -118,7 +118,6 @@ class Run:
         self.tiktoken_safe = tiktoken_safe  # the same for all segments of a run (part of their keys)
         self.ids = ids  # read-only; segment k is ids[bounds[k]:bounds[k + 1]]
         self.bounds = bounds
-        self.char_bounds = [0, *np.cumsum(lengths).tolist()]  # segment k's text: chars char_bounds[k]..[k + 1]
         self.keys = segment_keys(segments)  # what speculate compares: lengths and flags
         self.key_bytes = self.keys.tobytes()
         indexed = np.flatnonzero(lengths >= MIN_INDEXED_CHARS).tolist()
