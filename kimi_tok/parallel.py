@@ -51,6 +51,7 @@ UNIT_BYTES = 1 << 18  # long sub-strings are split (where provably safe) into un
 GROUPS_PER_JOB = 4  # smaller groups even out text that costs more per byte (CJK, long runs)
 
 _pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
 _pool_lock = threading.Lock()
 
 
@@ -65,7 +66,12 @@ def default_n_jobs() -> int:
         if n < 1:
             raise ValueError(f"{N_JOBS_ENV}={value!r}: expected a positive integer")
         return n
-    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    return max(1, min(8, usable_cores()))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 
@@ -97,11 +103,14 @@ def check_hash_routing(hash_routing) -> bool:
 
 def thread_pool(n_workers: int) -> ThreadPoolExecutor:
     """A process-wide pool, grown on demand and kept warm between calls."""
-    global _pool
+    global _pool, _pool_pid
     with _pool_lock:
+        if _pool_pid != os.getpid():  # a forked child has none of its parent's threads
+            _pool = None
         if _pool is None or _pool._max_workers < n_workers:
             old = _pool
             _pool = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="kimi_tok")
+            _pool_pid = os.getpid()
             if old is not None:
                 old.shutdown(wait=False)
         return _pool

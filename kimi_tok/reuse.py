@@ -11,26 +11,65 @@ At the end of a long agent loop one call costs two things of similar size:
 
 A turn is the previous prompt plus new segments, and a segment's ids depend only on its
 text, so the segments after where a recent call ended can be encoded before the plan
-says they are new (``EncodeAhead``): this thread encodes them while a pool thread plans
+says they are new (``EncodeAhead``): this thread encodes them while a helper thread plans
 the call. If the guess was wrong (they were cached after all, or others are missing
 too), the plan still decides, and nothing but some encoding is wasted.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
 
 from .encoder import ID_DTYPE
-from .parallel import MIN_BYTES_PER_JOB, thread_pool
+from .parallel import MIN_BYTES_PER_JOB, usable_cores
 from .segment_cache import CachePlan, SegmentCache
 from .segments import PackedSegments, pack_segments, validate_segments
 
-# Encoding ahead is worth a pool thread (hand-offs cost ~0.1 ms here) when there is much to plan and to encode:
+# Encoding ahead is worth a helper thread (hand-offs cost ~0.1 ms here) when there is much to plan and to encode:
 MIN_AHEAD_PLAN_CHARS = 1 << 18  # characters of the recent call the new one extends
 MIN_AHEAD_BYTES = 1 << 12  # bytes of new text
-HELPER_THREADS = 2  # the pool's size needed: this call's helper (and whatever else uses the pool)
+
+
+class HelperThreads:
+    """Threads that plan calls while their callers encode: at most ``size`` at once, never queued.
+
+    A call takes a helper only if one is idle right now; otherwise it plans and encodes on
+    its own thread, as without encoding ahead. So concurrent callers never wait behind each
+    other's plans (or behind a long call's fan-out, which has its own pool).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._start()
+
+    def _start(self) -> None:
+        self._pid = os.getpid()  # a forked child has none of its parent's threads: it starts its own
+        self._idle = threading.BoundedSemaphore(self.size)
+        self._pool = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kimi_tok-plan")
+
+    def submit(self, fn) -> Future | None:
+        """``fn`` running on an idle helper, or None when all are busy."""
+        if self._pid != os.getpid():
+            self._start()
+        if not self._idle.acquire(blocking=False):
+            return None
+
+        def run():
+            try:
+                return fn()
+            finally:
+                self._idle.release()
+
+        return self._pool.submit(run)
+
+
+# half the cores: the callers encode on the other half (one helper per call in flight)
+HELPERS = HelperThreads(max(1, usable_cores() // 2))
 
 
 class Encoded(NamedTuple):
@@ -55,10 +94,10 @@ class EncodeAhead:
     encoding them before the plan is never wrong (at worst wasted, if the plan finds them
     cached after all).
 
-    ``run`` encodes them on this thread in one GIL-free compiled call while a pool thread
-    validates, plans and verifies the whole call and copies its cached ids into the output
-    (all of which needs the GIL). This way round no thread waits for another to start: the
-    pool thread takes the GIL as soon as this one enters compiled code.
+    ``run`` encodes them on this thread in one GIL-free compiled call while a helper thread
+    (``HELPERS``) validates, plans and verifies the whole call and copies its cached ids into
+    the output (all of which needs the GIL). This way round no thread waits for another to
+    start: the helper takes the GIL as soon as this one enters compiled code.
     """
 
     def __init__(self, first: int, packed: PackedSegments) -> None:
@@ -85,7 +124,8 @@ class EncodeAhead:
         return cls(first, packed)
 
     def run(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool) -> Encoded:
-        """The whole call: the plan on a pool thread, the segments from ``first`` on here."""
+        """The whole call: the plan on a helper thread (or here first, if none is idle), the
+        segments from ``first`` on here."""
         n_ahead = self.packed.n_segments
 
         def plan_call():
@@ -100,11 +140,15 @@ class EncodeAhead:
                 copy_parts(cached, out)
             return valid, plan, out, n_cached
 
-        planned = thread_pool(HELPER_THREADS).submit(plan_call)
-        try:
+        planned = HELPERS.submit(plan_call)
+        if planned is None:  # every helper is busy: plan here, then encode (no thread to wait for)
+            valid, plan, out, n_cached = plan_call()
             ids, bounds = tok._encode_fused(self.packed)
-        finally:
-            valid, plan, out, n_cached = planned.result()  # raises what validation raised
+        else:
+            try:
+                ids, bounds = tok._encode_fused(self.packed)
+            finally:
+                valid, plan, out, n_cached = planned.result()  # raises what validation raised
         ids, bounds = self._ids_of(plan.missing, ids, bounds, lambda indices: tok._encode_packed(
             pack_segments([valid[i] for i in indices], tiktoken_safe, tok._flags, validated=True), tok.n_jobs))
         if plan.missing:

@@ -10,6 +10,8 @@ the size thresholds so that small prompts take the path; one runs at the real on
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -199,3 +201,57 @@ def test_one_job_never_uses_a_helper_thread(plain, low_thresholds, ahead_calls):
     longer = rerender(segments) + chat_turn(1, 2_000)
     assert tok.encode_segments(longer).ids == plain.encode_segments(longer).ids
     assert ahead_calls == [] and threading.active_count() == before
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_starts_its_own_threads(cached, plain, low_thresholds):
+    """A child forked after the parent used the helper and fan-out pools has none of their
+    threads: its calls must start new ones, not wait forever for the parent's."""
+    segments = chat_turn(0, 3_000)
+    cached.encode_segments(segments)
+    longer = rerender(segments) + chat_turn(1, 2_000)
+    cached.encode_segments(longer)  # the helper pool has a thread now
+    big = [(sample_text(700_000, seed=77), False)]
+    cached.encode_segments(big)  # and the fan-out pool
+    expected = (plain.encode_segments(longer + chat_turn(2, 2_000)).ids, plain.encode_segments(big).ids)
+    pid = os.fork()
+    if pid == 0:  # the child: any failure or hang ends in a non-zero exit status
+        status = 1
+        try:
+            signal.alarm(60)
+            got = (cached.encode_segments(rerender(longer) + chat_turn(2, 2_000)).ids,
+                   kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=0).encode_segments(big).ids)
+            status = 0 if got == expected else 2
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
+
+
+def test_busy_helpers_mean_planning_inline(cached, plain, ref, low_thresholds, ahead_calls, monkeypatch):
+    """When every helper is busy (other callers), a call plans on its own thread: never queued."""
+    monkeypatch.setattr(reuse.HELPERS, "submit", lambda fn: None)
+    segments = chat_turn(0, 3_000)
+    cached.encode_segments(segments)
+    longer = rerender(segments) + chat_turn(1, 2_000)
+    check(cached, plain, ref, longer, "helpers busy")
+    assert ahead_calls == [len(segments)]
+    assert cached.count_tokens(rerender(longer) + chat_turn(2, 500)) == len(
+        plain.encode_segments(longer + chat_turn(2, 500)).ids)
+
+
+def test_helper_threads_are_never_queued():
+    helpers = reuse.HelperThreads(1)
+    gate = threading.Event()
+    first = helpers.submit(gate.wait)
+    assert first is not None
+    assert helpers.submit(lambda: 1) is None  # the only helper is busy
+    gate.set()
+    first.result()
+    second = None
+    for _ in range(1000):  # the helper frees itself as its job ends
+        second = helpers.submit(lambda: 2)
+        if second is not None:
+            break
+        threading.Event().wait(0.001)
+    assert second is not None and second.result() == 2
