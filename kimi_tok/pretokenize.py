@@ -43,7 +43,7 @@ from .unicode_classes import (
     WHITESPACE_CLASS,
     code_point_flags,
 )
-from .utf8 import code_point_at, sequence_length
+from .utf8 import ASCII_END, code_point_at, sequence_length
 
 KIMI_PATTERN = (
     r"[\p{Han}]+"
@@ -66,6 +66,8 @@ LONG_S_LEAD, LONG_S_TRAIL = 0xC5, 0xBF  # U+017F (long s) folds to 's' under (?i
 LOWER_S, LOWER_T, LOWER_M, LOWER_D = ord("s"), ord("t"), ord("m"), ord("d")
 LOWER_R, LOWER_V, LOWER_E, LOWER_L = ord("r"), ord("v"), ord("e"), ord("l")
 LOWER_A, LOWER_Z = ord("a"), ord("z")
+UPPER_A, UPPER_Z = ord("A"), ord("Z")
+DIGIT_0, DIGIT_9 = ord("0"), ord("9")
 MAX_DIGITS = 3
 
 
@@ -230,9 +232,59 @@ def _match_whitespace(buf, start, end, table):
     return i
 
 
+@leaf
+def _is_ascii_digit(byte):
+    return byte >= DIGIT_0 and byte <= DIGIT_9
+
+
+@leaf_inline
+def _ascii_word_end(buf, i, end):
+    """Alternatives 2-3 from the ASCII letter at ``i`` (after any prefix) when the word is ASCII.
+
+    ``[A-Z]*[a-z]+`` (2) if a lowercase letter follows the uppercase run, else ``[A-Z]+`` (3),
+    then the contraction. ``NO_MATCH`` when the letters stop at a non-ASCII byte: a non-ASCII
+    letter or mark could continue the word, so the caller takes the general path.
+    """
+    upper_end = i
+    while upper_end < end and buf[upper_end] >= UPPER_A and buf[upper_end] <= UPPER_Z:
+        upper_end += 1
+    lower_end = upper_end
+    while lower_end < end and buf[lower_end] >= LOWER_A and buf[lower_end] <= LOWER_Z:
+        lower_end += 1
+    if lower_end < end and buf[lower_end] >= ASCII_END:
+        return NO_MATCH
+    return _contraction_end(buf, lower_end, end)
+
+
+@leaf_inline
+def _ascii_piece_end(buf, start, end):
+    """The common ASCII pieces, matched byte by byte: a word with an optional prefix (2-3) and a
+    digit group (4). ``NO_MATCH`` for anything else, or where a non-ASCII byte could change the
+    match: the caller then runs the alternatives in order (and finds the same piece for these)."""
+    first = buf[start]
+    if first >= ASCII_END:
+        return NO_MATCH
+    if _is_ascii_letter(first):
+        return _ascii_word_end(buf, start, end)
+    if _is_ascii_digit(first):
+        i = start + 1
+        while i < end and i - start < MAX_DIGITS and _is_ascii_digit(buf[i]):
+            i += 1
+        if i < end and i - start < MAX_DIGITS and buf[i] >= ASCII_END:
+            return NO_MATCH  # a non-ASCII digit could extend the group
+        return i
+    # any other ASCII character but a newline is a prefix ``[^\r\n\p{L}\p{N}]`` for a word
+    if start + 1 < end and not _is_newline(first) and _is_ascii_letter(buf[start + 1]):
+        return _ascii_word_end(buf, start + 1, end)
+    return NO_MATCH
+
+
 @leaf_inline
 def next_piece_end(buf, start, end, table):
     """End of the piece that the Kimi pattern matches at ``start`` (``start < end``)."""
+    j = _ascii_piece_end(buf, start, end)
+    if j != NO_MATCH:
+        return j
     f = _flags(buf, start, table)
     if (f & HAN) != 0:
         return _run_end(buf, start, end, table, HAN)

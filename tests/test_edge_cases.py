@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import kimi_tok
+from kimi_tok.pretokenize import KIMI_PATTERN, RegexPreTokenizer, scan_runs
+from kimi_tok.unicode_classes import code_point_flags
 from tests.parity import assert_batched_parity, assert_parity
 from tests.reference import MAX_PIECE_CHARS, MAX_RUN_CHARS, safe_substrings
 
@@ -253,8 +255,19 @@ MIXED_SCRIPTS = [
     "snake_case kebab-case camelCase",
 ]
 
+# Where the scanner's ASCII fast path (``pretokenize._ascii_piece_end``) must hand over to the
+# general matcher: a non-ASCII letter, mark or digit right where the ASCII run stops.
+ASCII_FAST_PATH_EDGES = [
+    "café", "CAFÉ", "Ab\u0301c", "ABC\u0301", "naïve", " naïve", "\tword\u00e9", "(Ωmega", "(ωmega", "ABCσ",
+    "ABC\u01c5x", "word\u02b0", "abc\u3005", "12\u0663", "1\u00b2", "123\u0663", "7\u2167", "9\uff19",
+    "it'ſ", "IT'S", "it's\u0301", "we'RE", "x'll'd", "'s", "a'", "Hello World", "helloWorld", "HTTPServer",
+    "ABC", " ABC", "\u00a0word", "\u3000word", "-ABC's", "\rword", "\nword", "\r\nWord", "_snake_case",
+    "x1", "1x", "12345678", "a\u200db", "e\u0301\u0301", "Z\u0308ebra",
+]
+
 TEXT_CASES = (
     [("", False), ("", True)]
+    + [(s, False) for s in ASCII_FAST_PATH_EDGES]
     + [(s, allow) for s in SPECIAL_LOOKING for allow in (False, True)]
     + [(s, False) for s in CRLF + COMBINING + EMOJI + HAN + NUMBERS + CONTRACTIONS + CONTROL_AND_ODD + MIXED_SCRIPTS]
     + [(s, True) for s in CRLF[:5] + CONTRACTIONS[:5] + HAN[:3]]
@@ -759,3 +772,17 @@ def test_encode_text_type(tok, text):
 def test_kimi_k3_is_cached():
     """kimi_k3() returns one shared Tokenizer."""
     assert kimi_tok.kimi_k3() is kimi_tok.kimi_k3()
+
+
+def test_scanner_pieces_at_ascii_fast_path_edges():
+    """Ids alone can hide a wrong cut (BPE of "caf" + "é" equals that of "café"): the scanner's
+    pieces must equal the PCRE2 regex's where its ASCII fast path hands over."""
+    split = RegexPreTokenizer(KIMI_PATTERN).split
+    flags = code_point_flags()
+    samples = [pre + s + post for s in ASCII_FAST_PATH_EDGES for pre in ("", " ", "x", "7") for post in ("", "!", " y")]
+    for sample in samples:
+        buf = np.frombuffer(sample.encode("utf-8"), dtype=np.uint8)
+        bounds = np.array([0, buf.shape[0]], dtype=np.int64)
+        _, piece_end = scan_runs(buf, bounds[:1], bounds[1:], np.full(1, -1, dtype=np.int64), flags)
+        got = [buf[a:b].tobytes().decode("utf-8") for a, b in zip([0, *piece_end[:-1].tolist()], piece_end.tolist())]
+        assert got == split(sample), f"{sample!r}: scanner {got!r}, PCRE2 {split(sample)!r}"
