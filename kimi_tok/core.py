@@ -9,7 +9,10 @@ One ``encode_segments`` call runs the pipeline, each stage a module:
     pretokenize (scanner)       text runs -> pieces (compiled Kimi scanner or PCRE2 JIT)
     bpe.encode_runs             pieces -> ids in one preallocated uint32 array
 
-Every compiled stage runs without the GIL, so threads can share a Tokenizer.
+Every compiled stage runs without the GIL, so threads can share a Tokenizer. A call that
+needs no fan-out runs chunking -> BPE as one compiled call (``encoder.encode_packed_fused``).
+With the segment cache, only segments it does not hold are encoded (``segment_cache``), and
+an agent loop's new turn is encoded while a helper thread plans the call (``reuse``).
 """
 
 from __future__ import annotations
