@@ -81,10 +81,11 @@ def segment_keys(segments: list[Segment]) -> np.ndarray:
 
 
 def _keys_of(segments, start: int, end: int) -> tuple | None:
-    """The keys of ``segments[start:end]`` if they are valid ``(str, bool)`` pairs, else None."""
+    """The keys of ``segments[start:end]`` if they are ``(str, bool)`` pairs (tuples, or lists as
+    JSON gives them), else None."""
     keys = []
     for segment in segments[start:end]:
-        if not (type(segment) is tuple and len(segment) == 2 and type(segment[0]) is str
+        if not (type(segment) in (tuple, list) and len(segment) == 2 and type(segment[0]) is str
                 and type(segment[1]) is bool):
             return None
         keys.append(2 * len(segment[0]) + segment[1])

@@ -255,3 +255,12 @@ def test_helper_threads_are_never_queued():
             break
         threading.Event().wait(0.001)
     assert second is not None and second.result() == 2
+
+
+def test_segments_as_lists_from_json_are_encoded_ahead(cached, plain, ref, low_thresholds, ahead_calls):
+    """Serving stacks decode prompts from JSON: segments arrive as [text, flag] lists."""
+    segments = [list(segment) for segment in chat_turn(0, 3_000)]
+    cached.encode_segments(segments)
+    longer = [list(segment) for segment in rerender(segments) + chat_turn(1, 2_000)]
+    check(cached, plain, ref, longer, "lists")
+    assert ahead_calls == [len(segments)]
