@@ -45,6 +45,10 @@ def _segment(seg, index: int) -> tuple[str, bool]:
     text, allow = seg
     if not isinstance(text, str):
         raise TypeError(f"{where}: text must be a str, not {type(text).__name__}")
+    if type(text) is not str:
+        # A subclass's characters, as a plain str: its own __eq__, encode or __len__ never decide
+        # which ids it gets (the segment cache compares texts; packing encodes them).
+        text = str.__str__(text)
     return text, _flag(allow, "allow_special", where)
 
 

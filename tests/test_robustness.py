@@ -736,3 +736,34 @@ def test_stress_smoke():
     run = stress.Stress(out=None)
     run.run(seconds=4, seed=123, progress_every=0)
     assert run.inputs > 10 and not run.mismatches, run.mismatches
+
+
+class _LyingStr(str):
+    """A str subclass whose methods lie about its text."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+    def __len__(self):
+        return 1_000
+
+    def encode(self, *args, **kwargs):
+        return b"something else"
+
+
+def test_str_subclass_gets_the_ids_of_its_characters(ref):
+    """Neither the segment cache (which compares texts) nor packing (which encodes them) may
+    trust a subclass's own __eq__/__len__/encode: the ids are those of its characters."""
+    tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=64 << 20)
+    tok.segment_cache.clear()
+    cached_text = "the cached text " * 100
+    tok.encode_segments([(cached_text, False)])
+    other = "a different text, the same length as the cached one "
+    other = (other * 40)[:len(cached_text)]
+    for lying in (_LyingStr(other), _LyingStr(cached_text)):
+        plain = str.__str__(lying)
+        assert tok.encode_segments([(lying, False)]).ids == ref.encode(plain, False)
+        assert tok.encode(lying).ids == ref.encode(plain, False)
+        assert tok.count_tokens([(lying, False)]) == len(ref.encode(plain, False))
