@@ -272,7 +272,7 @@ class Tokenizer:
 
         The cache offers segments by length first (``SegmentCache.speculate``) and then compares
         their texts (``verify``: it reads every character). With two or more jobs, a call that
-        extends a recent one (an agent loop's new turn) encodes its new segments while a pool
+        extends a recent one (an agent loop's new turn) encodes its new segments while a helper
         thread plans it (``reuse.EncodeAhead``).
         """
         cache = self.segment_cache
@@ -354,21 +354,13 @@ class Tokenizer:
             clock.lap(f"specials+pretokenize+bpe ({self.backend})")
         return ids, (segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
 
-    def _encode_fused(self, packed: PackedSegments, with_bounds: bool = True, out: np.ndarray | None = None):
-        """``_encode_packed`` for a call that needs no fan-out, as one compiled call; the ids go to
-        ``out`` (at least ``len(packed.buf)`` long) when given, else to a new array."""
-        if out is None:
-            out = np.empty(packed.buf.shape[0], dtype=ID_DTYPE)
-            owned = True
-        else:
-            owned = False
+    def _encode_fused(self, packed: PackedSegments, with_bounds: bool = True):
+        """``_encode_packed`` for a call that needs no fan-out, as one compiled call."""
+        out = np.empty(packed.buf.shape[0], dtype=ID_DTYPE)  # an id covers >= 1 byte
         n, run_start, run_out_end = self._encoder.encode_packed(
             packed.buf, packed.seg_start, packed.seg_end, packed.needs_cuts, packed.allow_special, self._flags, out
         )
-        if owned:
-            out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
-        else:
-            out = out[:n]
+        out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
         return out, (segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
 
     def _spec_for_workers(self) -> EncoderSpec:

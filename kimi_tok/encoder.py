@@ -5,13 +5,12 @@ of a packed buffer; it is all a worker needs (a thread shares the Tokenizer's,
 a worker process builds its own from memory-mapped tables, see ``workers.py``).
 
 ``encode`` runs the stages for one worker (each group of the default thread
-fan-out). ``encode_packed`` runs everything from the tiktoken-safe cuts on in ONE
-compiled call (``encode_packed_fused``) for calls that need no fan-out: no Python
-between the stages, so the GIL stays free for another thread the whole time (the
-segment cache verifies the texts of a call's cached segments meanwhile).
-``find_pieces``, ``merge_misses`` and
-``assemble`` are the three phases of the optional hash-routed path
-(``routing.py``); ``parallel.py`` runs them.
+fan-out). ``encode_packed`` runs everything from the packed segments on, the
+tiktoken-safe cuts included, in ONE compiled call (``encode_packed_fused``) for
+calls that need no fan-out: no Python between the stages, so the GIL stays free
+for another thread the whole time (a helper plans the call meanwhile, ``reuse.py``).
+``find_pieces``, ``merge_misses`` and ``assemble`` are the three phases of the
+optional hash-routed path (``routing.py``); ``parallel.py`` runs them.
 """
 
 from __future__ import annotations
@@ -126,8 +125,9 @@ class SubstringEncoder:
         return isinstance(self.pretokenizer, KimiScanner)
 
     def encode_packed(self, buf, seg_start, seg_end, needs_cuts, allow_special, flags, out):
-        """Every stage from the tiktoken-safe cuts on, in one compiled call without the GIL;
-        ids into ``out`` (at least ``buf.shape[0]`` long). Returns ``(n_ids, run_start, run_out_end)``."""
+        """Every stage from the packed segments on (their tiktoken-safe cuts included), in one
+        compiled call without the GIL; ids into ``out`` (at least ``buf.shape[0]`` long).
+        Returns ``(n_ids, run_start, run_out_end)``."""
         with self.piece_caches.borrow() as cache:
             return encode_packed_fused(self.tables, self.specials, self.pretokenizer.table, flags, buf, seg_start,
                                        seg_end, needs_cuts, allow_special, out, cache)
