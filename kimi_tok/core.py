@@ -33,7 +33,7 @@ from .parallel import (
     check_n_jobs, encode_groups_on_threads, encode_on_threads, split_spans,
 )
 from .pretokenize import KIMI_PATTERN, split_at_safe_points
-from .reuse import EncodeAhead, Encoded, assemble, merge_encodings
+from .reuse import EncodeAhead, Encoded, OutputMemory, assemble, merge_encodings
 from .segment_cache import DEFAULT_BUDGET_BYTES, SegmentCache, check_segment_cache_bytes
 from .segments import PackedSegments, pack_segments, segment_bounds, validate_segments
 from .unicode_classes import code_point_flags
@@ -191,6 +191,7 @@ class Tokenizer:
         self._encoder = SubstringEncoder(self._bpe, special_tokens, pattern)
         self._pretokenizer = self._encoder.pretokenizer
         self._worker_spec: EncoderSpec | None = None  # built on the first call on processes
+        self._output_memory = OutputMemory()  # a long agent-loop turn's output memory, reused when let go
         # long sub-strings may be split after newlines only where that provably changes no piece
         self._splits_after_newline = self._pretokenizer.splits_after_newline and not any(
             "\n" in text for text in special_tokens

@@ -264,3 +264,43 @@ def test_segments_as_lists_from_json_are_encoded_ahead(cached, plain, ref, low_t
     longer = [list(segment) for segment in rerender(segments) + chat_turn(1, 2_000)]
     check(cached, plain, ref, longer, "lists")
     assert ahead_calls == [len(segments)]
+
+
+def test_output_memory_is_reused_only_once_let_go(cached, plain, low_thresholds, monkeypatch):
+    """A long turn's output memory serves the next turn only when nothing references it any more:
+    an output (or a view of it) the caller still holds is never written to."""
+    monkeypatch.setattr(reuse, "MIN_REUSED_IDS", 1_000)
+    segments = chat_turn(0, 6_000)
+    cached.encode_segments(segments)
+    turns = [rerender(segments) + chat_turn(1, 2_000)]
+    turns.append(rerender(turns[-1]) + chat_turn(2, 2_000))
+    turns.append(rerender(turns[-1]) + chat_turn(3, 2_000))
+    turns.append(rerender(turns[-1]) + chat_turn(4, 2_000))
+    held = cached.encode_to_numpy(turns[0])
+    snapshot = held.copy()
+    view = cached.encode_to_numpy(turns[1])[5:]  # a view keeps its array's memory alive too
+    view_snapshot = view.copy()
+    third = cached.encode_to_numpy(turns[2])
+    assert np.array_equal(held, snapshot) and np.array_equal(view, view_snapshot)
+    third_id = id(third)
+    del third  # let go: the next turn reuses its memory (the same array object, grown)
+    fourth = cached.encode_to_numpy(turns[3])
+    assert id(fourth) == third_id and fourth.flags.owndata and fourth.flags.writeable
+    assert fourth.tolist() == plain.encode_segments(turns[3]).ids
+    assert np.array_equal(held, snapshot) and np.array_equal(view, view_snapshot)
+    assert held.tolist() == plain.encode_segments(turns[0]).ids
+
+
+def test_output_memory_unit():
+    memory = reuse.OutputMemory()
+    first = memory.take(reuse.MIN_REUSED_IDS)
+    memory.keep(first)
+    first_id = id(first)
+    del first
+    again = memory.take(reuse.MIN_REUSED_IDS + 10)
+    assert id(again) == first_id and again.shape == (reuse.MIN_REUSED_IDS + 10,)
+    memory.keep(again)
+    other = memory.take(100)  # ``again`` is still held here: never handed out twice
+    assert other is not again and again.shape == (reuse.MIN_REUSED_IDS + 10,)
+    memory.keep(np.empty(10, dtype=np.uint32))  # short outputs are not kept
+    assert memory.take(10) is not other
