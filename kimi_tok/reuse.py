@@ -13,7 +13,9 @@ A turn is the previous prompt plus new segments, and a segment's ids depend only
 text, so the segments after where a recent call ended can be encoded before the plan
 says they are new (``EncodeAhead``): this thread encodes them while a helper thread plans
 the call. If the guess was wrong (they were cached after all, or others are missing
-too), the plan still decides, and nothing but some encoding is wasted.
+too), the plan still decides, and nothing but some encoding is wasted. The ~4 MB output
+reuses the memory of the previous long output once its caller has let go of it
+(``OutputMemory``): fresh pages cost ~1 ms of faults.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .segments import PackedSegments, pack_segments, validate_segments
 # Encoding ahead is worth a helper thread (hand-offs cost ~0.1 ms here) when there is much to plan and to encode:
 MIN_AHEAD_PLAN_CHARS = 1 << 18  # characters of the recent call the new one extends
 MIN_AHEAD_BYTES = 1 << 12  # bytes of new text
+MIN_REUSED_IDS = 1 << 18  # outputs shorter than this fault their pages in quickly enough
 
 
 class HelperThreads:
@@ -71,9 +74,6 @@ class HelperThreads:
 
 # half the cores: the callers encode on the other half (one helper per call in flight)
 HELPERS = HelperThreads(max(1, usable_cores() // 2))
-
-
-MIN_REUSED_IDS = 1 << 18  # outputs shorter than this fault their pages in quickly enough
 
 
 class OutputMemory:
