@@ -119,7 +119,8 @@ class Run:
         self.tiktoken_safe = tiktoken_safe  # the same for all segments of a run (part of their keys)
         self.ids = ids  # read-only; segment k is ids[bounds[k]:bounds[k + 1]]
         self.bounds = bounds
-        self.keys = segment_keys(segments)  # what speculate compares: lengths and flags
+        # what speculate compares: 2 * length + flag, as segment_keys gives them for a call
+        self.keys = 2 * lengths + np.fromiter(map(itemgetter(1), segments), dtype=np.bool_, count=len(segments))
         self.key_bytes = self.keys.tobytes()
         indexed = np.flatnonzero(lengths >= MIN_INDEXED_CHARS).tolist()
         if not indexed or indexed[0] != 0:
