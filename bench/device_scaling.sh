@@ -43,27 +43,13 @@ data = files("kimi_tok") / "data"
 (out / "pattern.txt").write_text(kimi_tok.KIMI_PATTERN, encoding="utf-8")
 kimi_tok.kimi_k3().encode("warm up the numba cache")
 PY
-    LOG="$OUT/agent_loop_16core.txt"
-    { nproc; lscpu | grep -E "Model name|^CPU\(s\)|L2|L3" || true
-      python3 -c "import numba, numpy, sys; print('numba', numba.__version__, 'numpy', numpy.__version__, sys.version)"; } 2>&1 | tee "$LOG"
-    # issue "agent loops": the last-turn ratio to basetenkenizer on this machine (~15 s a run). The new
-    # segments go in parts of >= MIN_AHEAD_PART_CHARS on spare cores; the runs compare part sizes (1<<40: no parts).
-    agent_loop() {  # label, part chars, bench.agent_loop arguments
-        local label=$1 chars=$2; shift 2
-        echo "== $label (MIN_AHEAD_PART_CHARS=$chars): $*" | tee -a "$LOG"
-        python3 -c 'import sys, kimi_tok.reuse as r; r.MIN_AHEAD_PART_CHARS = int(sys.argv[1])
-from bench.agent_loop import main; sys.exit(main(sys.argv[2:]))' "$chars" "$@" 2>&1 | tee -a "$LOG" || echo "FAILED: $label" | tee -a "$LOG"
-    }
-    agent_loop "parts, basetenkenizer only" 16384 --encoders basetenkenizer --markdown \
-        --json "$OUT/agent_loop_16core.json" --plot "$OUT/agent_loop_16core.png"
-    agent_loop "no parts" $((1 << 40)) --encoders basetenkenizer --no-plot --quiet
-    agent_loop "parts of 8k" 8192 --encoders basetenkenizer --no-plot --quiet
-    agent_loop "parts, again" 16384 --encoders basetenkenizer --no-plot --quiet
-    agent_loop "parts, default command (tiktoken too)" 16384 --no-plot --quiet
-    python3 -m bench.scaling --sizes 100k,1M --workers 1,2,4,8,16 --rounds 5 --markdown \
-        --json "$OUT/scaling_16core.json" --plot "$OUT/scaling_16core.png" 2>&1 | tee "$OUT/scaling_16core.txt" || true
+    python3 -m bench.scaling --sizes 100k,1M --workers 1,2,4,8,16 --rounds 7 --markdown \
+        --json "$OUT/scaling_16core.json" --plot "$OUT/scaling_16core.png" 2>&1 | tee "$OUT/scaling_16core.txt"
     RAYON_NUM_THREADS=1 python3 -m bench.scaling --sizes 1M --workers 1 --backends threads --rounds 5 \
-        --baselines basetenkenizer 2>&1 | tee "$OUT/basetenkenizer_one_thread.txt" || true
+        --baselines basetenkenizer 2>&1 | tee "$OUT/basetenkenizer_one_thread.txt"
+    # issue "agent loops": the last-turn ratio to basetenkenizer on this machine (~30 s)
+    python3 -m bench.agent_loop --markdown --json "$OUT/agent_loop_16core.json" \
+        --plot "$OUT/agent_loop_16core.png" 2>&1 | tail -45 | tee "$OUT/agent_loop_16core.txt"
     ;;
 *)
     echo "usage: $0 prepare|run" >&2

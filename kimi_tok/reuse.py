@@ -16,11 +16,6 @@ the call. If the guess was wrong (they were cached after all, or others are miss
 too), the plan still decides, and nothing but some encoding is wasted. The ~4 MB output
 reuses the memory of the previous long output once its caller has let go of it
 (``OutputMemory``): fresh pages cost ~1 ms of faults.
-
-On more cores the new segments are encoded in parts (``ahead_parts``), one on this
-thread and the others on idle helpers, and the plan starts once every part is in
-compiled code: the plan holds the GIL for ~1 ms, and a part still waiting for it to
-get going would wait that long.
 """
 
 from __future__ import annotations
@@ -42,10 +37,6 @@ from .segments import PackedSegments, pack_segments, validate_segments
 MIN_AHEAD_PLAN_CHARS = 1 << 18  # characters of the recent call the new one extends
 MIN_AHEAD_BYTES = 1 << 12  # bytes of new text
 MIN_REUSED_IDS = 1 << 18  # outputs shorter than this fault their pages in quickly enough
-# With spare cores the new segments are encoded in parts of at least this many characters (a part costs a
-# hand-off, ~0.1 ms, and a ~32k-token turn of ~90k characters ~1.4 ms on one thread here).
-MIN_AHEAD_PART_CHARS = 1 << 14
-THREADS_PER_CALL_BESIDES_PARTS = 2  # the caller's (also encoding a part) and the planner's
 
 
 class HelperThreads:
@@ -116,63 +107,6 @@ class OutputMemory:
                 self._last = out
 
 
-def ahead_parts(n_chars: int, n_jobs: int) -> int:
-    """Into how many parts to cut ``n_chars`` of new text: one per spare core, helper and job, each
-    of at least ``MIN_AHEAD_PART_CHARS`` (1 on two cores: the caller and the planner use both)."""
-    spare_cores = usable_cores() - THREADS_PER_CALL_BESIDES_PARTS
-    spare_helpers = HELPERS.size - 1  # one plans
-    return max(1, min(n_jobs, 1 + spare_cores, 1 + spare_helpers, n_chars // MIN_AHEAD_PART_CHARS))
-
-
-def split_by_chars(segments: list, n_parts: int) -> list[list]:
-    """``segments`` cut into at most ``n_parts`` contiguous non-empty runs of about equal characters
-    (a segment is never cut: a part is whole segments)."""
-    if n_parts <= 1 or len(segments) <= 1:
-        return [segments] if segments else []
-    total = sum(len(text) for text, _ in segments)
-    parts, start, done = [], 0, 0
-    for index, (text, _) in enumerate(segments):
-        done += len(text)
-        # cut after this segment once the parts so far reach their share (never leaving a part empty)
-        if done * n_parts >= (len(parts) + 1) * total and len(parts) < n_parts - 1 and index + 1 < len(segments):
-            parts.append(segments[start:index + 1])
-            start = index + 1
-    parts.append(segments[start:])
-    return parts
-
-
-class _Countdown:
-    """Calls ``then`` once ``n`` calls of ``done`` have been made (at once if ``n == 0``)."""
-
-    def __init__(self, n: int, then) -> None:
-        self._n = n
-        self._then = then
-        self._lock = threading.Lock()
-        if n == 0:
-            then()
-
-    def done(self) -> None:
-        with self._lock:
-            self._n -= 1
-            last = self._n == 0
-        if last:
-            self._then()
-
-
-class _Plan:
-    """The call's plan: on a helper once ``start``ed (if one is idle), else on the thread asking."""
-
-    def __init__(self, plan) -> None:
-        self._plan = plan
-        self._future: Future | None = None
-
-    def start(self) -> None:
-        self._future = HELPERS.submit(self._plan)
-
-    def result(self):
-        return self._plan() if self._future is None else self._future.result()  # raises what the plan raised
-
-
 class Encoded(NamedTuple):
     """What a call's segment-cache path produced: all its ids (``ids``), or, for a count, None
     and ``n_ids``."""
@@ -191,20 +125,19 @@ def copy_parts(parts: list[np.ndarray], out: np.ndarray) -> None:
 
 class EncodeAhead:
     """The segments after where a recent call ended, the likely new part of an agent loop's turn
-    (the previous prompt plus new segments), packed in ``parts``. A segment's ids depend only on
-    its text, so encoding them before the plan is never wrong (at worst wasted, if the plan
-    finds them cached after all).
+    (the previous prompt plus new segments). A segment's ids depend only on its text, so
+    encoding them before the plan is never wrong (at worst wasted, if the plan finds them
+    cached after all).
 
-    ``run`` encodes them on this thread (the first part) and idle helpers (the others) in
-    GIL-free compiled calls while a helper thread (``HELPERS``) validates, plans and verifies
-    the whole call and copies its cached ids into the output (all of which needs the GIL).
+    ``run`` encodes them on this thread in one GIL-free compiled call while a helper thread
+    (``HELPERS``) validates, plans and verifies the whole call and copies its cached ids into
+    the output (all of which needs the GIL). This way round no thread waits for another to
+    start: the helper takes the GIL as soon as this one enters compiled code.
     """
 
-    def __init__(self, first: int, parts: list[PackedSegments]) -> None:
+    def __init__(self, first: int, packed: PackedSegments) -> None:
         self.first = first  # call index of the first segment encoded ahead
-        self.parts = parts
-        self.n_segments = sum(part.n_segments for part in parts)
-        self.n_bytes = sum(part.buf.shape[0] for part in parts)
+        self.packed = packed
 
     @classmethod
     def start(cls, tok, cache: SegmentCache, segments, tiktoken_safe: bool) -> "EncodeAhead | None":
@@ -220,35 +153,37 @@ class EncodeAhead:
             tail = validate_segments(segments[first:])
         except TypeError:
             return None  # the whole call's validation names the bad segment
-        n_parts = ahead_parts(sum(len(text) for text, _ in tail), tok.n_jobs)
-        parts = [pack_segments(part, tiktoken_safe, tok._flags, validated=True)
-                 for part in split_by_chars(tail, n_parts)]
-        if not MIN_AHEAD_BYTES <= sum(part.buf.shape[0] for part in parts) < 2 * MIN_BYTES_PER_JOB:
+        packed = pack_segments(tail, tiktoken_safe, tok._flags, validated=True)
+        if not MIN_AHEAD_BYTES <= packed.buf.shape[0] < 2 * MIN_BYTES_PER_JOB:
             return None
-        return cls(first, parts)
+        return cls(first, packed)
 
     def run(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool) -> Encoded:
-        """The whole call: the plan on a helper thread (or here after the encoding, if none is
-        idle), the segments from ``first`` on here and on idle helpers."""
+        """The whole call: the plan on a helper thread (or here first, if none is idle), the
+        segments from ``first`` on here."""
+        n_ahead = self.packed.n_segments
 
         def plan_call():
             valid = validate_segments(segments)
             speculation = cache.speculate(valid, tiktoken_safe)
             plan = cache.resolve(speculation, cache.verify(speculation))
             out, n_cached = None, 0
-            if (want_ids and plan.missing and plan.missing[0] == self.first
-                    and len(plan.missing) == self.n_segments):
+            if want_ids and plan.missing and plan.missing[0] == self.first and len(plan.missing) == n_ahead:
                 cached = plan.parts[:-1]  # the guess was right: all cached parts come first
                 n_cached = sum(part.shape[0] for part in cached)
-                out = tok._output_memory.take(n_cached + self.n_bytes)  # an id covers >= 1 byte
+                out = tok._output_memory.take(n_cached + self.packed.buf.shape[0])  # an id covers >= 1 byte
                 copy_parts(cached, out)
             return valid, plan, out, n_cached
 
-        planned = _Plan(plan_call)
-        try:
-            ids, bounds = self._encode_parts(tok, planned)
-        finally:
-            valid, plan, out, n_cached = planned.result()  # raises what validation raised
+        planned = HELPERS.submit(plan_call)
+        if planned is None:  # every helper is busy: plan here, then encode (no thread to wait for)
+            valid, plan, out, n_cached = plan_call()
+            ids, bounds = tok._encode_fused(self.packed)
+        else:
+            try:
+                ids, bounds = tok._encode_fused(self.packed)
+            finally:
+                valid, plan, out, n_cached = planned.result()  # raises what validation raised
         ids, bounds = self._ids_of(plan.missing, ids, bounds, lambda indices: tok._encode_packed(
             pack_segments([valid[i] for i in indices], tiktoken_safe, tok._flags, validated=True), tok.n_jobs))
         if plan.missing:
@@ -261,45 +196,15 @@ class EncodeAhead:
         tok._output_memory.keep(out)
         return Encoded(out, n_ids)
 
-    def _encode_parts(self, tok, planned: _Plan) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, bounds)`` of all parts: the first here, the others on idle helpers (here too if
-        none is idle). ``planned`` starts once each helper's part is about to enter compiled code."""
-        others = self.parts[1:]
-        starting = _Countdown(len(others), planned.start)
-
-        def encode_other(part):
-            starting.done()
-            return tok._encode_fused(part)
-
-        futures = [HELPERS.submit(lambda part=part: encode_other(part)) for part in others]
-        for future in futures:
-            if future is None:  # no helper idle: encoded here, after the first part
-                starting.done()
-        encoded = [tok._encode_fused(self.parts[0])]
-        encoded += [tok._encode_fused(part) if future is None else future.result()
-                    for part, future in zip(others, futures)]
-        return join_parts(encoded)
-
     def _ids_of(self, missing: list[int], ids: np.ndarray, bounds: np.ndarray, encode_others):
         """``(ids, bounds)`` of the call's ``missing`` segments, in order: those encoded ahead from
         ``ids``/``bounds``, the others through ``encode_others(indices) -> (ids, bounds)``."""
-        ahead = range(self.first, self.first + self.n_segments)
+        ahead = range(self.first, self.first + self.packed.n_segments)
         if len(missing) == len(ahead) and missing[0] == self.first:
             return ids, bounds
         others = [i for i in missing if i < self.first]
         sources = [(ahead, ids, bounds)] + ([(others, *encode_others(others))] if others else [])
         return merge_encodings(missing, sources)
-
-
-def join_parts(encoded: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """One ``(ids, bounds)`` of consecutive parts' ``(ids, bounds)``."""
-    if len(encoded) == 1:
-        return encoded[0]
-    ids = np.concatenate([part_ids for part_ids, _ in encoded])
-    shifts = np.cumsum([0] + [part_ids.shape[0] for part_ids, _ in encoded])
-    bounds = np.concatenate([part_bounds[:-1] + shift for (_, part_bounds), shift in zip(encoded, shifts)]
-                            + [shifts[-1:]])
-    return ids, bounds.astype(np.int64, copy=False)
 
 
 def merge_encodings(missing: list[int], sources: list) -> tuple[np.ndarray, np.ndarray]:

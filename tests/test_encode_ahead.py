@@ -133,14 +133,10 @@ def test_wrong_guess_encodes_what_the_plan_misses(cached, plain, ref):
     cached.encode_segments(tail)
     segments = rerender(head + tail)
     first = len(head) + 2
-    expected = plain.encode_segments(segments).ids
-    assert expected == ref.encode_segments(segments)
-    for cuts in ([], [2], [1, 3]):  # in one part, two, three
-        edges = [first, *(first + cut for cut in cuts), len(segments)]
-        parts = [pack_segments(segments[a:b], True, cached._flags) for a, b in zip(edges[:-1], edges[1:])]
-        result = EncodeAhead(first, parts).run(cached, cached.segment_cache, segments, True, want_ids=True)
-        assert result.ids.tolist() == expected, cuts
-        assert result.n_ids == len(result.ids)
+    packed = pack_segments(segments[first:], True, cached._flags)
+    result = EncodeAhead(first, packed).run(cached, cached.segment_cache, segments, True, want_ids=True)
+    assert result.ids.tolist() == plain.encode_segments(segments).ids == ref.encode_segments(segments)
+    assert result.n_ids == len(result.ids)
 
 
 def test_bad_segment_in_the_prefix_names_it(cached, low_thresholds, ahead_calls):
@@ -308,96 +304,3 @@ def test_output_memory_unit():
     assert other is not again and again.shape == (reuse.MIN_REUSED_IDS + 10,)
     memory.keep(np.empty(10, dtype=np.uint32))  # short outputs are not kept
     assert memory.take(10) is not other
-
-
-@pytest.fixture()
-def many_cores(monkeypatch) -> reuse.HelperThreads:
-    """As on a 16-core machine: 8 helpers, and new text cut into parts from 1,000 characters."""
-    helpers = reuse.HelperThreads(8)
-    monkeypatch.setattr(reuse, "HELPERS", helpers)
-    monkeypatch.setattr(reuse, "usable_cores", lambda: 16)
-    monkeypatch.setattr(reuse, "MIN_AHEAD_PART_CHARS", 1_000)
-    return helpers
-
-
-def test_ahead_parts_follow_spare_cores_helpers_and_jobs(monkeypatch):
-    monkeypatch.setattr(reuse, "HELPERS", reuse.HelperThreads(1))
-    monkeypatch.setattr(reuse, "usable_cores", lambda: 2)
-    assert reuse.ahead_parts(10 ** 6, 8) == 1  # two cores: the caller encodes, a helper plans
-    monkeypatch.setattr(reuse, "HELPERS", reuse.HelperThreads(8))
-    monkeypatch.setattr(reuse, "usable_cores", lambda: 16)
-    part = reuse.MIN_AHEAD_PART_CHARS
-    assert reuse.ahead_parts(10 ** 6, 8) == 8  # as many as jobs
-    assert reuse.ahead_parts(10 ** 6, 32) == 8  # one helper of the 8 plans, the caller encodes too
-    assert reuse.ahead_parts(3 * part, 8) == 3 and reuse.ahead_parts(part - 1, 8) == 1
-    monkeypatch.setattr(reuse, "usable_cores", lambda: 4)
-    assert reuse.ahead_parts(10 ** 6, 8) == 3
-
-
-def test_split_by_chars_keeps_order_and_segments_whole():
-    segments = [("a" * n, bool(n % 2)) for n in (5, 1, 30, 2, 2, 9, 40)]
-    for n_parts in range(1, 10):
-        parts = reuse.split_by_chars(segments, n_parts)
-        assert [seg for part in parts for seg in part] == segments
-        assert 1 <= len(parts) <= n_parts and all(parts)
-    assert reuse.split_by_chars(segments[:1], 4) == [segments[:1]]
-    sizes = [sum(len(t) for t, _ in part) for part in reuse.split_by_chars([("x" * 10, False)] * 40, 4)]
-    assert sizes == [100, 100, 100, 100]
-
-
-def test_turns_encoded_in_parts_on_many_cores(cached, plain, ref, low_thresholds, ahead_calls, many_cores,
-                                              monkeypatch):
-    """New turns cut into parts encoded on helpers while another helper plans: same ids, each
-    part on its own thread."""
-    events: list[tuple[str, str]] = []
-    encode_fused = type(cached)._encode_fused
-
-    def spy(self, packed, *args, **kwargs):
-        if self is cached:
-            events.append(("part", threading.current_thread().name, packed.n_segments))
-        return encode_fused(self, packed, *args, **kwargs)
-
-    monkeypatch.setattr(type(cached), "_encode_fused", spy)
-    segments: list = []
-    for turn in range(5):
-        new = chat_turn(turn, 1_500 + 400 * turn) + chat_turn(50 + turn, 2_000) + chat_turn(90 + turn, 900)
-        segments = rerender(segments) + new
-        events.clear()
-        check(cached, plain, ref, segments, f"turn {turn}")
-        if turn:
-            assert ahead_calls[-1] == len(segments) - len(new)
-            threads = [name for what, name, *_ in events if what == "part"]
-            assert len(threads) >= 2 and len(set(threads)) == len(threads), events
-    assert cached.count_tokens(rerender(segments) + chat_turn(7, 5_000)) == len(
-        plain.encode_segments(segments + chat_turn(7, 5_000)).ids)
-
-
-def test_parts_when_helpers_are_busy(cached, plain, ref, low_thresholds, many_cores, monkeypatch):
-    """Helpers all busy, or only some: every part and the plan still run (here if need be)."""
-    segments = chat_turn(0, 3_000)
-    cached.encode_segments(segments)
-    submit = many_cores.submit
-    for idle in (0, 1, 2, 3):
-        granted = [0]
-
-        def some_busy(fn):
-            if granted[0] >= idle:
-                return None
-            granted[0] += 1
-            return submit(fn)
-
-        monkeypatch.setattr(many_cores, "submit", some_busy)
-        segments = rerender(segments) + chat_turn(10 + idle, 2_500) + chat_turn(20 + idle, 2_500)
-        check(cached, plain, ref, segments, f"{idle} helpers idle")
-
-
-def test_plan_starts_once_every_part_has():
-    started = []
-    countdown = reuse._Countdown(3, lambda: started.append(True))
-    countdown.done()
-    countdown.done()
-    assert started == []
-    countdown.done()
-    assert started == [True]
-    reuse._Countdown(0, lambda: started.append(False))  # no part on a helper: the plan starts at once
-    assert started == [True, False]
