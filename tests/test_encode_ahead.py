@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -270,6 +271,7 @@ def test_output_memory_is_reused_only_once_let_go(cached, plain, low_thresholds,
     """A long turn's output memory serves the next turn only when nothing references it any more:
     an output (or a view of it) the caller still holds is never written to."""
     monkeypatch.setattr(reuse, "MIN_REUSED_IDS", 1_000)
+    monkeypatch.setattr(reuse, "OUTPUT_HEADROOM", 3.0)  # these short turns grow by a third each
     segments = chat_turn(0, 6_000)
     cached.encode_segments(segments)
     turns = [rerender(segments) + chat_turn(1, 2_000)]
@@ -282,10 +284,11 @@ def test_output_memory_is_reused_only_once_let_go(cached, plain, low_thresholds,
     view_snapshot = view.copy()
     third = cached.encode_to_numpy(turns[2])
     assert np.array_equal(held, snapshot) and np.array_equal(view, view_snapshot)
-    third_id = id(third)
-    del third  # let go: the next turn reuses its memory (the same array object, grown)
+    third_block = weakref.ref(third.base)
+    del third  # let go: the next turn reuses its memory (a view of the same block)
     fourth = cached.encode_to_numpy(turns[3])
-    assert id(fourth) == third_id and fourth.flags.owndata and fourth.flags.writeable
+    assert fourth.base is third_block() and fourth.flags.writeable
+    assert not np.shares_memory(fourth, held) and not np.shares_memory(fourth, view)
     assert fourth.tolist() == plain.encode_segments(turns[3]).ids
     assert np.array_equal(held, snapshot) and np.array_equal(view, view_snapshot)
     assert held.tolist() == plain.encode_segments(turns[0]).ids
@@ -294,13 +297,23 @@ def test_output_memory_is_reused_only_once_let_go(cached, plain, low_thresholds,
 def test_output_memory_unit():
     memory = reuse.OutputMemory()
     first = memory.take(reuse.MIN_REUSED_IDS)
+    block = weakref.ref(first.base)
+    assert block().shape[0] >= reuse.MIN_REUSED_IDS and first.shape == (reuse.MIN_REUSED_IDS,)
     memory.keep(first)
-    first_id = id(first)
     del first
-    again = memory.take(reuse.MIN_REUSED_IDS + 10)
-    assert id(again) == first_id and again.shape == (reuse.MIN_REUSED_IDS + 10,)
+    again = memory.take(reuse.MIN_REUSED_IDS + 10)  # within the headroom: the same block
+    assert again.base is block() and again.shape == (reuse.MIN_REUSED_IDS + 10,)
     memory.keep(again)
-    other = memory.take(100)  # ``again`` is still held here: never handed out twice
-    assert other is not again and again.shape == (reuse.MIN_REUSED_IDS + 10,)
-    memory.keep(np.empty(10, dtype=np.uint32))  # short outputs are not kept
-    assert memory.take(10) is not other
+    other = memory.take(100)  # ``again`` is still held here: its block is never handed out twice
+    assert not np.shares_memory(other, again) and again.shape == (reuse.MIN_REUSED_IDS + 10,)
+    held = again[:5]
+    memory.keep(again)
+    del again
+    assert not np.shares_memory(memory.take(100), held)  # a view alone keeps the block too
+    memory.keep(held)
+    del held
+    size = block().shape[0]
+    bigger = memory.take(size + 1)  # outgrown: a new, larger block
+    assert bigger.base.shape[0] > size and block() is None  # the old one is freed
+    short = memory.take(10)  # short outputs are arrays of their own (they fault in quickly)
+    assert short.base is None and short.flags.owndata
