@@ -340,7 +340,8 @@ class Tokenizer:
         sub_allow = packed.allow_special[chunk_segment[sub_chunk]]
         clock.lap("run cuts")
         if n_jobs > 1 and self._splits_after_newline and buf.shape[0] >= 2 * min_bytes:
-            sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow, UNIT_BYTES)
+            sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow,
+                                                                 min(UNIT_BYTES, min_bytes))
         groups = split_spans(sub_start, sub_end, n_jobs, min_bytes)
         if len(groups) == 1:
             ids, run_start, run_out_end = self._encoder.encode(buf, sub_start, sub_end, sub_allow, clock)
@@ -499,6 +500,10 @@ class _StageClock:
     def __init__(self, timings: dict | None) -> None:
         self.timings = timings
         self.last = time.perf_counter() if timings is not None else 0.0
+
+    def __bool__(self) -> bool:
+        """Whether stages are timed (the encoder then runs them one by one)."""
+        return self.timings is not None
 
     def lap(self, stage: str) -> None:
         if self.timings is not None:

@@ -103,7 +103,19 @@ class SubstringEncoder:
         return run_start, run_end, run_special, first_piece, piece_end
 
     def encode(self, buf, sub_start, sub_end, sub_allow, clock=None):
-        """All stages fused on one worker: ``(ids, run_start, run_out_end)``."""
+        """All stages fused on one worker: ``(ids, run_start, run_out_end)``.
+
+        With the Kimi scanner and no stages timed, one compiled call (``encode_substrings_fused``):
+        a thread of the fan-out then takes the GIL only to start and to end."""
+        if not clock and self.fuses:
+            n_subs = sub_start.shape[0]
+            out = np.empty(int(sub_end[-1] - sub_start[0]) if n_subs else 0, dtype=ID_DTYPE)  # an id covers >= 1 byte
+            with self.piece_caches.borrow() as cache:
+                n, run_start, run_out_end = encode_substrings_fused(
+                    self.tables, self.specials, self.pretokenizer.table, buf, sub_start, sub_end, sub_allow, out, cache
+                )
+            out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
+            return out, run_start, run_out_end
         run_start, run_end, run_special, first_piece, piece_end = self.runs_and_pieces(
             buf, sub_start, sub_end, sub_allow, clock
         )

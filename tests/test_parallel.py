@@ -75,6 +75,25 @@ def test_long_prompts_match_the_reference(tokenizers, ref, fan_outs, monkeypatch
     assert fan_outs[backend] == (2 if n_jobs > 1 else 0)  # really parallel (and never for n_jobs=1)
 
 
+def test_fan_out_threshold_follows_the_cores(tokenizers, ref, fan_outs, monkeypatch):
+    assert parallel.min_bytes_per_job_for(1) == parallel.min_bytes_per_job_for(2) == 1 << 18
+    assert parallel.min_bytes_per_job_for(4) == parallel.min_bytes_per_job_for(16) == 1 << 16
+    # as on 16 cores: the headline's 400k-character prompt fans out, its long tool output cut in
+    # units no longer than a job's share
+    monkeypatch.setattr(core, "MIN_BYTES_PER_JOB", parallel.min_bytes_per_job_for(16))
+    units = []
+    split = core.split_at_safe_points
+
+    def spy(buf, sub_start, sub_end, sub_allow, unit):
+        units.append(unit)
+        return split(buf, sub_start, sub_end, sub_allow, unit)
+
+    monkeypatch.setattr(core, "split_at_safe_points", spy)
+    segments = sample_prompt(400_000, seed=5) + [(sample_text(300_000, seed=6), False)]
+    assert_parity(tokenizers[("threads", 4)], ref, segments)
+    assert fan_outs["threads"] == 1 and units == [1 << 16]
+
+
 @pytest.fixture()
 def small_groups(monkeypatch):
     """Fan out from 4 KB, split long sub-strings into 2 KB units: dozens of groups per call."""
