@@ -80,6 +80,16 @@ class HelperThreads:
 HELPERS = HelperThreads(max(1, usable_cores() // 2))
 
 
+def _refs_of_an_unshared_local() -> int:
+    """What ``sys.getrefcount`` says of a local nothing else references (2 up to Python 3.13: the
+    local and the argument; 3.14 may lend the local's reference to the call and say 1)."""
+    unshared = object()
+    return sys.getrefcount(unshared)
+
+
+UNSHARED_REFS = _refs_of_an_unshared_local()
+
+
 class OutputMemory:
     """The memory of a Tokenizer's previous long output, reused once its caller has let go of it.
 
@@ -100,10 +110,10 @@ class OutputMemory:
         a block of memory (for ``keep``), the previous one if it is free and large enough."""
         with self._lock:
             block, self._block = self._block, None
-        # 2 = ``block`` and getrefcount's argument: every output and view of it is gone
         if capacity < MIN_REUSED_IDS:
             return np.empty(capacity, dtype=ID_DTYPE)  # not worth a block: the caller's own array
-        if block is None or block.shape[0] < capacity or sys.getrefcount(block) != 2:
+        # only ``block`` (this local) references it: every output and view of it is gone
+        if block is None or block.shape[0] < capacity or sys.getrefcount(block) != UNSHARED_REFS:
             block = np.empty(int(capacity * OUTPUT_HEADROOM), dtype=ID_DTYPE)
         return block[:capacity]
 
