@@ -43,13 +43,18 @@ data = files("kimi_tok") / "data"
 (out / "pattern.txt").write_text(kimi_tok.KIMI_PATTERN, encoding="utf-8")
 kimi_tok.kimi_k3().encode("warm up the numba cache")
 PY
-    python3 -m bench.scaling --sizes 100k,1M --workers 1,2,4,8,16 --rounds 7 --markdown \
+    python3 -m bench.scaling --sizes 100k,1M --workers 1,2,4,8,16 --rounds 5 --markdown \
         --json "$OUT/scaling_16core.json" --plot "$OUT/scaling_16core.png" 2>&1 | tee "$OUT/scaling_16core.txt"
     RAYON_NUM_THREADS=1 python3 -m bench.scaling --sizes 1M --workers 1 --backends threads --rounds 5 \
         --baselines basetenkenizer 2>&1 | tee "$OUT/basetenkenizer_one_thread.txt"
-    # issue "agent loops": the last-turn ratio to basetenkenizer on this machine (~30 s)
-    python3 -m bench.agent_loop --markdown --json "$OUT/agent_loop_16core.json" \
+    # the headline (kimi_tok and basetenkenizer side by side; tiktoken's 1M rounds take ~1 s each there)
+    python3 -m bench.bench --encoders kimi_tok,basetenkenizer --rounds 7 --no-plot --markdown 2>&1 \
+        | tail -9 | tee "$OUT/headline_16core.txt"
+    # issue "agent loops": the last-turn ratio to basetenkenizer on this machine (~15 s a run), and where it goes
+    python3 -m bench.agent_loop --encoders basetenkenizer --markdown --json "$OUT/agent_loop_16core.json" \
         --plot "$OUT/agent_loop_16core.png" 2>&1 | tail -45 | tee "$OUT/agent_loop_16core.txt"
+    python3 -m bench.agent_loop --no-plot --quiet 2>&1 | tail -9 | tee -a "$OUT/agent_loop_16core.txt"
+    python3 -m bench.turn_timeline 2>&1 | tee -a "$OUT/agent_loop_16core.txt"
     ;;
 *)
     echo "usage: $0 prepare|run" >&2
