@@ -53,6 +53,7 @@ MIN_BYTES_PER_PROCESS_JOB = 1 << 20
 UNIT_BYTES = 1 << 18  # long sub-strings are split (where provably safe) into units of about this size
 GROUPS_PER_JOB = 4  # smaller groups even out text that costs more per byte (CJK, long runs)
 
+
 def usable_cores() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -82,8 +83,6 @@ def default_n_jobs() -> int:
             raise ValueError(f"{N_JOBS_ENV}={value!r}: expected a positive integer")
         return n
     return max(1, min(8, usable_cores()))
-
-
 
 
 def check_n_jobs(n_jobs) -> int:
