@@ -108,10 +108,10 @@ class OutputMemory:
     def take(self, capacity: int) -> np.ndarray:
         """An uninitialized ``uint32`` array of ``capacity`` ids: from ``MIN_REUSED_IDS`` on a view of
         a block of memory (for ``keep``), the previous one if it is free and large enough."""
+        if capacity < MIN_REUSED_IDS:
+            return np.empty(capacity, dtype=ID_DTYPE)  # not worth a block (the kept one stays kept)
         with self._lock:
             block, self._block = self._block, None
-        if capacity < MIN_REUSED_IDS:
-            return np.empty(capacity, dtype=ID_DTYPE)  # not worth a block: the caller's own array
         # only ``block`` (this local) references it: every output and view of it is gone
         if block is None or block.shape[0] < capacity or sys.getrefcount(block) != UNSHARED_REFS:
             block = np.empty(int(capacity * OUTPUT_HEADROOM), dtype=ID_DTYPE)

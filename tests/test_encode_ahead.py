@@ -315,5 +315,9 @@ def test_output_memory_unit():
     size = block().shape[0]
     bigger = memory.take(size + 1)  # outgrown: a new, larger block
     assert bigger.base.shape[0] > size and block() is None  # the old one is freed
+    block = weakref.ref(bigger.base)
+    memory.keep(bigger)
+    del bigger
     short = memory.take(10)  # short outputs are arrays of their own (they fault in quickly)
     assert short.base is None and short.flags.owndata
+    assert memory.take(reuse.MIN_REUSED_IDS).base is block()  # and leave the kept block kept
