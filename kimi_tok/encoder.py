@@ -22,15 +22,17 @@ from typing import NamedTuple
 import numpy as np
 
 from . import bpe, routing
+from .atomics import fetch_add
 from .chunking import cut_chunks, cut_substrings
-from .jit import kernel
-from .pretokenize import KimiScanner, pretokenizer_for, scan_runs
+from .jit import kernel, leaf
+from .pretokenize import KimiScanner, pretokenizer_for, scan_runs, split_at_safe_points
 from .specials import build_special_table, split_specials
 
 ID_DTYPE = np.uint32
 MIN_KEPT_PIECE_CACHES = 4  # piece caches kept between calls: at least this many, else one per core
 # merging ~100-150 ns/byte: a slice is ~0.1-0.15 s of work at most, so Ctrl-C stops a route promptly
 MERGE_SLICE_BYTES = 1 << 20
+NEXT_PART, PARTS_DONE = 0, 1  # the counters of encode_claimed_parts
 MAX_KEPT_ROUTE_CACHE_SETS = 2  # route cache sets kept per number of routes (concurrent long calls)
 
 
@@ -64,6 +66,109 @@ def encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg
     (``out`` at least ``buf.shape[0]`` long); returns ``(n_ids, run_start, run_out_end)``."""
     sub_start, sub_end, sub_allow = cut_packed(buf, seg_start, seg_end, needs_cuts, allow_special, flags)
     return encode_substrings_fused(tables, specials, scan_table, buf, sub_start, sub_end, sub_allow, out, cache)
+
+
+@leaf
+def _ids_per_substring(sub_start, sub_end, run_start, run_out_end, sub_n_ids):
+    """``sub_n_ids[s]``: the ids of sub-string ``s``, from the end of each run's ids (runs lie
+    inside sub-strings, in order)."""
+    for s in range(sub_start.shape[0]):
+        sub_n_ids[s] = 0
+    s = 0
+    done = 0
+    for r in range(run_start.shape[0]):
+        while s < sub_start.shape[0] - 1 and run_start[r] >= sub_end[s]:
+            s += 1
+        sub_n_ids[s] += run_out_end[r] - done
+        done = run_out_end[r]
+
+
+@kernel
+def encode_claimed_parts(tables, specials, scan_table, buf, sub_start, sub_end, sub_allow, part_first, counters,
+                         out, part_n_ids, sub_n_ids, cache):
+    """Encode parts of sub-strings taken one at a time from counters shared with other threads.
+
+    Part ``p`` is sub-strings ``part_first[p]:part_first[p + 1]``; whoever takes it (``fetch_add``
+    on ``counters[NEXT_PART]``) writes its ids to ``out`` from the part's byte offset (relative to
+    ``sub_start[0]``: every id covers a byte or more, so parts never overlap), its id count to
+    ``part_n_ids[p]`` and each of its sub-strings' to ``sub_n_ids``, then counts it in
+    ``counters[PARTS_DONE]``. Returns how many parts this thread encoded; once it returns every
+    part is taken, not necessarily finished by the other threads.
+    """
+    n_parts = part_first.shape[0] - 1
+    base = sub_start[0] if sub_start.shape[0] else 0
+    encoded = 0
+    while True:
+        p = fetch_add(counters, NEXT_PART, 1)
+        if p >= n_parts:
+            return encoded
+        first, end = part_first[p], part_first[p + 1]
+        n, run_start, run_out_end = encode_substrings_fused(
+            tables, specials, scan_table, buf, sub_start[first:end], sub_end[first:end], sub_allow[first:end],
+            out[sub_start[first] - base:], cache,
+        )
+        part_n_ids[p] = n
+        _ids_per_substring(sub_start[first:end], sub_end[first:end], run_start, run_out_end, sub_n_ids[first:end])
+        fetch_add(counters, PARTS_DONE, 1)
+        encoded += 1
+
+
+@kernel
+def gather_parts(sub_start, part_first, out, part_n_ids, sub_n_ids, seg_end, origin, n_segments):
+    """The ids of every part (``encode_claimed_parts``) back to back, and where each of the
+    caller's ``n_segments`` segments starts and ends in them (as ``segments.segment_bounds``):
+    ``(ids, bounds)``. ``seg_end`` and ``origin``: the packed segments' ends and callers' indices."""
+    base = sub_start[0] if sub_start.shape[0] else 0
+    n_ids = 0
+    for p in range(part_n_ids.shape[0]):
+        n_ids += part_n_ids[p]
+    ids = np.empty(n_ids, dtype=out.dtype)
+    n = 0
+    for p in range(part_n_ids.shape[0]):
+        at = sub_start[part_first[p]] - base
+        for k in range(part_n_ids[p]):
+            ids[n + k] = out[at + k]
+        n += part_n_ids[p]
+    bounds = np.zeros(n_segments + 1, dtype=np.int64)
+    packed = 0
+    for s in range(sub_start.shape[0]):
+        while packed < seg_end.shape[0] - 1 and seg_end[packed] <= sub_start[s]:
+            packed += 1
+        bounds[origin[packed] + 1] += sub_n_ids[s]
+    for i in range(n_segments):
+        bounds[i + 1] += bounds[i]
+    return ids, bounds
+
+
+@leaf
+def group_into_parts(sub_start, sub_end, part_bytes, part_first):
+    """Consecutive sub-strings grouped into parts of at least ``part_bytes`` (the last may be
+    shorter): fills ``part_first`` (room for one entry per sub-string, plus one) and returns
+    the number of parts."""
+    n_parts = 0
+    size = 0
+    for s in range(sub_start.shape[0]):
+        if size == 0:
+            part_first[n_parts] = s
+            n_parts += 1
+        size += sub_end[s] - sub_start[s]
+        if size >= part_bytes:
+            size = 0
+    part_first[n_parts] = sub_start.shape[0]
+    return n_parts
+
+
+@kernel
+def cut_into_parts(buf, seg_start, seg_end, needs_cuts, allow_special, flags, part_bytes, split_units):
+    """The sub-strings of packed segments (tiktoken-safe cuts; with ``split_units``, long ones cut
+    further where the pattern always cuts, ``split_at_safe_points``) and their grouping into parts
+    of about ``part_bytes``: ``(sub_start, sub_end, sub_allow, part_first)``."""
+    sub_start, sub_end, sub_allow = cut_packed(buf, seg_start, seg_end, needs_cuts, allow_special, flags)
+    if split_units:
+        sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow, part_bytes)
+    part_first = np.empty(sub_start.shape[0] + 1, dtype=np.int64)
+    n_parts = group_into_parts(sub_start, sub_end, part_bytes, part_first)
+    return sub_start, sub_end, sub_allow, part_first[:n_parts + 1]
 
 
 class GroupPieces(NamedTuple):

@@ -33,7 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .encoder import ID_DTYPE, Misses
+from .encoder import ID_DTYPE, PARTS_DONE, Misses, cut_into_parts, encode_claimed_parts, gather_parts
+from .segments import PackedSegments
 
 N_JOBS_ENV = "KIMI_TOK_N_JOBS"
 BACKEND_ENV = "KIMI_TOK_BACKEND"
@@ -191,3 +192,54 @@ def concatenate_groups(parts):
         np.concatenate([p[1] for p in parts]),
         np.concatenate([p[2] + shift for p, shift in zip(parts, shifts)]),
     )
+
+
+class SharedParts:
+    """One call's text in parts that threads take one at a time, in compiled code (work sharing).
+
+    The thread that makes it starts on the first part at once (``work``); another thread that
+    becomes free later joins with ``work`` too and takes parts from where the others are, so
+    neither waits for a share decided in advance. Used for an agent loop's turn, whose helper
+    thread plans the call while the caller encodes the new text (``reuse.EncodeAhead``):
+    once planned, the helper takes the parts the caller has not reached.
+
+    Parts are groups of sub-strings (the tiktoken-safe cuts, long ones cut further where the
+    pattern always cuts) of about ``part_bytes``: each is encoded on its own as in any fan-out.
+    """
+
+    def __init__(self, encoder, packed: PackedSegments, flags: np.ndarray, part_bytes: int,
+                 splits_after_newline: bool) -> None:
+        buf = packed.buf
+        self.packed = packed
+        self.encoder = encoder
+        self.sub_start, self.sub_end, self.sub_allow, self.part_first = cut_into_parts(
+            buf, packed.seg_start, packed.seg_end, packed.needs_cuts, packed.allow_special, flags, part_bytes,
+            splits_after_newline)
+        self.counters = np.zeros(2, dtype=np.int64)  # the next part to take, the parts done
+        self.out = np.empty(buf.shape[0], dtype=ID_DTYPE)  # an id covers >= 1 byte
+        self.part_n_ids = np.zeros(self.part_first.shape[0] - 1, dtype=np.int64)
+        self.sub_n_ids = np.zeros(self.sub_start.shape[0], dtype=np.int64)
+
+    @property
+    def n_parts(self) -> int:
+        return self.part_n_ids.shape[0]
+
+    def work(self) -> int:
+        """Encode parts until none is left to take (in one compiled call, without the GIL);
+        returns how many this thread encoded. Parts taken by another thread may still be in
+        progress when it returns: ``ids_and_bounds`` only after every worker has returned."""
+        encoder = self.encoder
+        with encoder.piece_caches.borrow() as cache:
+            return encode_claimed_parts(encoder.tables, encoder.specials, encoder.pretokenizer.table, self.packed.buf,
+                                        self.sub_start, self.sub_end, self.sub_allow, self.part_first,
+                                        self.counters, self.out, self.part_n_ids, self.sub_n_ids, cache)
+
+    def ids_and_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, segment_bounds)`` as ``Tokenizer._encode_fused`` gives them, once every thread's
+        ``work`` has returned (wait for the others first: ``work`` returns when no part is left to
+        take, while another thread may still be encoding its last one)."""
+        if int(self.counters[PARTS_DONE]) != self.n_parts:
+            raise RuntimeError("SharedParts.ids_and_bounds before every part was encoded")
+        packed = self.packed
+        return gather_parts(self.sub_start, self.part_first, self.out, self.part_n_ids, self.sub_n_ids,
+                            packed.seg_end, packed.origin, packed.n_segments)

@@ -30,13 +30,17 @@ from typing import NamedTuple
 import numpy as np
 
 from .encoder import ID_DTYPE
-from .parallel import MIN_BYTES_PER_JOB, usable_cores
+from .parallel import MIN_BYTES_PER_JOB, SharedParts, usable_cores
 from .segment_cache import CachePlan, SegmentCache
 from .segments import PackedSegments, pack_segments, validate_segments
 
 # Encoding ahead is worth a helper thread (hand-offs cost ~0.1 ms here) when there is much to plan and to encode:
 MIN_AHEAD_PLAN_CHARS = 1 << 18  # characters of the recent call the new one extends
 MIN_AHEAD_BYTES = 1 << 12  # bytes of new text
+# The new text in parts of this size, taken by the caller and, once it has planned, the helper (fewer than
+# MIN_SHARED_PARTS: one compiled call on the caller's thread). Measured on 2 cores: see SharedParts.
+SHARED_PART_BYTES = 1 << 13
+MIN_SHARED_PARTS = 4
 MIN_REUSED_IDS = 1 << 18  # outputs shorter than this fault their pages in quickly enough
 # A reused output's block is this much longer than the output it was made for: a turn adds ~3% to a
 # 1M-token prompt, so a new block every ~8 turns (at most 1/4 of one output of memory unused).
@@ -147,10 +151,12 @@ class EncodeAhead:
     encoding them before the plan is never wrong (at worst wasted, if the plan finds them
     cached after all).
 
-    ``run`` encodes them on this thread in one GIL-free compiled call while a helper thread
+    ``run`` encodes them on this thread in GIL-free compiled code while a helper thread
     (``HELPERS``) validates, plans and verifies the whole call and copies its cached ids into
     the output (all of which needs the GIL). This way round no thread waits for another to
-    start: the helper takes the GIL as soon as this one enters compiled code.
+    start: the helper takes the GIL as soon as this one enters compiled code. The new text is
+    cut into parts (``SharedParts``) that this thread takes one by one; once the helper has
+    planned, it takes those this thread has not reached.
     """
 
     def __init__(self, first: int, packed: PackedSegments) -> None:
@@ -178,8 +184,10 @@ class EncodeAhead:
 
     def run(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool) -> Encoded:
         """The whole call: the plan on a helper thread (or here first, if none is idle), the
-        segments from ``first`` on here."""
+        segments from ``first`` on here (and on the helper once it has planned)."""
         n_ahead = self.packed.n_segments
+        shared = (SharedParts(tok._encoder, self.packed, tok._flags, SHARED_PART_BYTES, tok._splits_after_newline)
+                  if self.packed.buf.shape[0] >= MIN_SHARED_PARTS * SHARED_PART_BYTES else None)
 
         def plan_call():
             valid = validate_segments(segments)
@@ -191,17 +199,26 @@ class EncodeAhead:
                 n_cached = sum(part.shape[0] for part in cached)
                 out = tok._output_memory.take(n_cached + self.packed.buf.shape[0])  # an id covers >= 1 byte
                 copy_parts(cached, out)
+            if shared is not None:
+                shared.work()  # the parts the caller has not reached yet
             return valid, plan, out, n_cached
+
+        def encode_ahead():
+            if shared is None:
+                return tok._encode_fused(self.packed)
+            shared.work()  # until no part is left to take; the helper may still be encoding its last one
+            return None
 
         planned = HELPERS.submit(plan_call)
         if planned is None:  # every helper is busy: plan here, then encode (no thread to wait for)
             valid, plan, out, n_cached = plan_call()
-            ids, bounds = tok._encode_fused(self.packed)
+            encoded = encode_ahead()
         else:
             try:
-                ids, bounds = tok._encode_fused(self.packed)
+                encoded = encode_ahead()
             finally:
                 valid, plan, out, n_cached = planned.result()  # raises what validation raised
+        ids, bounds = encoded if shared is None else shared.ids_and_bounds()  # every part is done now
         ids, bounds = self._ids_of(plan.missing, ids, bounds, lambda indices: tok._encode_packed(
             pack_segments([valid[i] for i in indices], tiktoken_safe, tok._flags, validated=True), tok.n_jobs))
         if plan.missing:

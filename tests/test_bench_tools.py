@@ -20,6 +20,6 @@ def test_turn_timeline_shows_both_threads_of_an_encoded_ahead_turn():
     assert result.returncode == 0, result.stderr
     timed = [line for line in result.stdout.splitlines() if " ms: " in line]
     assert len(timed) == 1, result.stdout
-    for mark in ("pack>@Main", "enc<@Main", "verify>@", "copy<@", "store<@Main"):
+    for mark in ("pack>@Main", "parts<@Main", "verify>@", "copy<@", "store<@Main"):  # new text in shared parts
         assert mark in timed[0], (mark, timed[0])
     assert "untimed inside: last turn median" in result.stdout

@@ -1,7 +1,8 @@
 """Encoding an agent loop's new segments ahead of the plan (``reuse.EncodeAhead``) is exact.
 
 A call that extends a recent one has its segments after where that call ended encoded on
-this thread while a pool thread validates, plans and verifies the call. The guess can be
+this thread (in parts that the helper takes too once done) while a helper thread validates, plans
+and verifies the call. The guess can be
 wrong in every way (segments before the guess are missing too, segments after it are
 cached after all, an offered text differs at the same length, a segment is invalid): the
 ids must still equal the uncached tokenizer's and the tiktoken reference's. Most tests lower
@@ -41,10 +42,14 @@ def cached() -> kimi_tok.Tokenizer:
     return tok
 
 
-@pytest.fixture()
-def low_thresholds(monkeypatch):
+@pytest.fixture(params=["one call", "shared parts"])
+def low_thresholds(request, monkeypatch):
+    """Small prompts encode ahead: in one compiled call, or in parts of 64 bytes that the helper
+    takes too once it has planned (``SharedParts``)."""
     monkeypatch.setattr(reuse, "MIN_AHEAD_PLAN_CHARS", 1_000)
     monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
+    if request.param == "shared parts":
+        monkeypatch.setattr(reuse, "SHARED_PART_BYTES", 64)
 
 
 @pytest.fixture()
@@ -90,6 +95,34 @@ def test_agent_loop_turns_encode_ahead(cached, plain, ref, low_thresholds, ahead
             assert ahead_calls[-1] == len(segments) - len(new), "the new turn was not encoded ahead"
     assert len(ahead_calls) == 5
     assert cached.segment_cache.plan(rerender(segments), True).missing == []
+
+
+def test_the_helper_takes_the_parts_left_once_planned(cached, plain, ref, monkeypatch):
+    """The caller holds back until the helper has planned and joined, so the helper encodes
+    parts too; ids and stored segments are exact."""
+    monkeypatch.setattr(reuse, "MIN_AHEAD_PLAN_CHARS", 1_000)
+    monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
+    monkeypatch.setattr(reuse, "SHARED_PART_BYTES", 64)
+    joined = threading.Event()
+    taken: dict[str, int] = {}
+    work = reuse.SharedParts.work
+
+    def spy(self):
+        if threading.current_thread() is threading.main_thread():
+            assert joined.wait(10), "the helper never joined"
+        else:
+            joined.set()
+        taken[threading.current_thread().name] = n = work(self)
+        return n
+
+    monkeypatch.setattr(reuse.SharedParts, "work", spy)
+    segments = chat_turn(0, 3_000)
+    cached.encode_segments(segments)
+    longer = rerender(segments) + chat_turn(1, 3_000)
+    check(cached, plain, ref, longer, "helper took parts")
+    helper_parts = sum(n for name, n in taken.items() if name != threading.main_thread().name)
+    assert helper_parts > 0, taken
+    assert cached.segment_cache.plan(rerender(longer), True).missing == []
 
 
 def test_count_tokens_encodes_ahead_too(cached, plain, low_thresholds, ahead_calls):
