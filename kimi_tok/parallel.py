@@ -224,15 +224,15 @@ class SharedParts:
     def n_parts(self) -> int:
         return self.part_n_ids.shape[0]
 
-    def work(self) -> int:
-        """Encode parts until none is left to take (in one compiled call, without the GIL);
-        returns how many this thread encoded. Parts taken by another thread may still be in
-        progress when it returns: ``ids_and_bounds`` only after every worker has returned."""
+    def work(self, cache) -> int:
+        """Encode parts with this thread's piece ``cache`` until none is left to take (in one
+        compiled call, without the GIL); returns how many this thread encoded. Parts taken by
+        another thread may still be in progress when it returns: ``ids_and_bounds`` only after
+        every worker has returned."""
         encoder = self.encoder
-        with encoder.piece_caches.borrow() as cache:
-            return encode_claimed_parts(encoder.tables, encoder.specials, encoder.pretokenizer.table, self.packed.buf,
-                                        self.sub_start, self.sub_end, self.sub_allow, self.part_first,
-                                        self.counters, self.out, self.part_n_ids, self.sub_n_ids, cache)
+        return encode_claimed_parts(encoder.tables, encoder.specials, encoder.pretokenizer.table, self.packed.buf,
+                                    self.sub_start, self.sub_end, self.sub_allow, self.part_first, self.counters,
+                                    self.out, self.part_n_ids, self.sub_n_ids, cache)
 
     def ids_and_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, segment_bounds)`` as ``Tokenizer._encode_fused`` gives them, once every thread's

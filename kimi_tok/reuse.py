@@ -21,9 +21,11 @@ in place 0.2 ms.
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 import threading
+from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -94,15 +96,25 @@ def _refs_of_an_unshared_local() -> int:
 UNSHARED_REFS = _refs_of_an_unshared_local()
 
 
+def new_memory(n_bytes: int) -> mmap.mmap | None:
+    """A private anonymous mapping of ``n_bytes`` (its pages fault in when first written), or None
+    where ``mmap`` has no such flags (Windows)."""
+    if not hasattr(mmap, "MAP_PRIVATE") or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return None
+    return mmap.mmap(-1, n_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
 class OutputMemory:
     """The memory of a Tokenizer's previous long output, reused once its caller has let go of it.
 
     Each agent-loop turn's output is longer than the last, so the allocator hands out fresh
-    pages, and faulting in 4 MB costs ~0.8-1.4 ms here (the helper's copy of the cached ids
-    pays it, and becomes the longer thread). So outputs are views of a block with headroom
-    (``OUTPUT_HEADROOM``), and if nothing references the block but this object (no output,
-    view or buffer of it is alive), the next output is written into it: no allocation, no
-    fresh page, until a turn outgrows the headroom.
+    pages, and faulting in 4 MB costs ~0.8-1.4 ms here (up to ~5 ms when the kernel compacts
+    memory; the helper's copy of the cached ids pays it, and becomes the longer thread). So
+    outputs are views of a block with headroom (``OUTPUT_HEADROOM``), and if nothing references
+    the block but this object (no output, view or buffer of it is alive), the next output is
+    written into it: no allocation, no fresh page. A turn that outgrows the block grows its
+    memory in place (an anonymous mapping resized with ``mremap``: the pages written so far move
+    along without a copy or a fault; only the new ones fault in as they are written).
     """
 
     def __init__(self) -> None:
@@ -111,20 +123,43 @@ class OutputMemory:
 
     def take(self, capacity: int) -> np.ndarray:
         """An uninitialized ``uint32`` array of ``capacity`` ids: from ``MIN_REUSED_IDS`` on a view of
-        a block of memory (for ``keep``), the previous one if it is free and large enough."""
+        a block of memory (for ``keep``), the previous one if it is free."""
         if capacity < MIN_REUSED_IDS:
             return np.empty(capacity, dtype=ID_DTYPE)  # not worth a block (the kept one stays kept)
         with self._lock:
             block, self._block = self._block, None
         # only ``block`` (this local) references it: every output and view of it is gone
-        if block is None or block.shape[0] < capacity or sys.getrefcount(block) != UNSHARED_REFS:
-            block = np.empty(int(capacity * OUTPUT_HEADROOM), dtype=ID_DTYPE)
+        if block is None or sys.getrefcount(block) != UNSHARED_REFS:
+            return self._new_block(capacity)[:capacity]
+        if block.shape[0] < capacity:
+            memory = block.base.obj if isinstance(block.base, memoryview) else None
+            del block  # releases the buffer the array holds on ``memory``, so that it can be resized
+            return self._grown(memory, capacity)[:capacity]
         return block[:capacity]
+
+    @staticmethod
+    def _new_block(capacity: int) -> np.ndarray:
+        n_ids = int(capacity * OUTPUT_HEADROOM)
+        memory = new_memory(n_ids * np.dtype(ID_DTYPE).itemsize)
+        return np.empty(n_ids, dtype=ID_DTYPE) if memory is None else np.frombuffer(memory, dtype=ID_DTYPE)
+
+    @classmethod
+    def _grown(cls, memory, capacity: int) -> np.ndarray:
+        """The block of ``memory`` (a mapping nothing else uses) grown for ``capacity`` ids, or a new one."""
+        if not isinstance(memory, mmap.mmap):
+            return cls._new_block(capacity)
+        n_ids = int(capacity * OUTPUT_HEADROOM)
+        try:
+            memory.resize(n_ids * np.dtype(ID_DTYPE).itemsize)
+        except (BufferError, OSError, SystemError, ValueError):  # a buffer of it is alive, or no mremap
+            return cls._new_block(capacity)
+        return np.frombuffer(memory, dtype=ID_DTYPE)
 
     def keep(self, out: np.ndarray) -> None:
         """Remember the block of ``out`` (a ``take`` view, returned to a caller) for a later ``take``."""
         block = out.base
-        if isinstance(block, np.ndarray) and block.base is None and block.shape[0] >= MIN_REUSED_IDS:
+        if isinstance(block, np.ndarray) and block.shape[0] >= MIN_REUSED_IDS and (
+                block.base is None or isinstance(block.base, memoryview)):
             with self._lock:
                 self._block = block
 
@@ -188,8 +223,10 @@ class EncodeAhead:
         n_ahead = self.packed.n_segments
         shared = (SharedParts(tok._encoder, self.packed, tok._flags, SHARED_PART_BYTES, tok._splits_after_newline)
                   if self.packed.buf.shape[0] >= MIN_SHARED_PARTS * SHARED_PART_BYTES else None)
+        piece_caches = tok._encoder.piece_caches
+        lacked_a_cache = []
 
-        def plan_call():
+        def plan_call(join_parts: bool = True):
             valid = validate_segments(segments)
             speculation = cache.speculate(valid, tiktoken_safe)
             plan = cache.resolve(speculation, cache.verify(speculation))
@@ -199,26 +236,32 @@ class EncodeAhead:
                 n_cached = sum(part.shape[0] for part in cached)
                 out = tok._output_memory.take(n_cached + self.packed.buf.shape[0])  # an id covers >= 1 byte
                 copy_parts(cached, out)
-            if shared is not None:
-                shared.work()  # the parts the caller has not reached yet
+            if shared is not None and join_parts:
+                # the parts the caller has not reached yet, with a free piece cache: making one would
+                # cost more than this share (~6 ms of page faults on a helper thread)
+                with piece_caches.borrow(make=False) as piece_cache:
+                    if piece_cache is None:
+                        lacked_a_cache.append(True)
+                    else:
+                        shared.work(piece_cache)
             return valid, plan, out, n_cached
 
-        def encode_ahead():
-            if shared is None:
-                return tok._encode_fused(self.packed)
-            shared.work()  # until no part is left to take; the helper may still be encoding its last one
-            return None
-
-        planned = HELPERS.submit(plan_call)
-        if planned is None:  # every helper is busy: plan here, then encode (no thread to wait for)
-            valid, plan, out, n_cached = plan_call()
-            encoded = encode_ahead()
-        else:
-            try:
+        # this thread's piece cache is taken before the helper starts: the warm one stays the caller's
+        with piece_caches.borrow() if shared is not None else nullcontext() as piece_cache:
+            encode_ahead = ((lambda: tok._encode_fused(self.packed)) if shared is None
+                            else (lambda: shared.work(piece_cache)))  # the helper may still be on its last part
+            planned = HELPERS.submit(plan_call)
+            if planned is None:  # every helper is busy: plan here, then encode (no thread to wait for)
+                valid, plan, out, n_cached = plan_call(join_parts=False)
                 encoded = encode_ahead()
-            finally:
-                valid, plan, out, n_cached = planned.result()  # raises what validation raised
+            else:
+                try:
+                    encoded = encode_ahead()
+                finally:
+                    valid, plan, out, n_cached = planned.result()  # raises what validation raised
         ids, bounds = encoded if shared is None else shared.ids_and_bounds()  # every part is done now
+        if lacked_a_cache:
+            HELPERS.submit(piece_caches.add_spare)  # for the next turn's helper; not waited for
         ids, bounds = self._ids_of(plan.missing, ids, bounds, lambda indices: tok._encode_packed(
             pack_segments([valid[i] for i in indices], tiktoken_safe, tok._flags, validated=True), tok.n_jobs))
         if plan.missing:

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import kimi_tok
-from kimi_tok import reuse
+from kimi_tok import bpe, reuse
 from kimi_tok.reuse import EncodeAhead
 from kimi_tok.samples import sample_text
 from kimi_tok.segments import pack_segments
@@ -107,22 +107,55 @@ def test_the_helper_takes_the_parts_left_once_planned(cached, plain, ref, monkey
     taken: dict[str, int] = {}
     work = reuse.SharedParts.work
 
-    def spy(self):
+    def spy(self, piece_cache):
         if threading.current_thread() is threading.main_thread():
             assert joined.wait(10), "the helper never joined"
         else:
             joined.set()
-        taken[threading.current_thread().name] = n = work(self)
+        taken[threading.current_thread().name] = n = work(self, piece_cache)
         return n
 
     monkeypatch.setattr(reuse.SharedParts, "work", spy)
     segments = chat_turn(0, 3_000)
     cached.encode_segments(segments)
+    cached._encoder.piece_caches.add_spare()  # a free piece cache for the helper
     longer = rerender(segments) + chat_turn(1, 3_000)
     check(cached, plain, ref, longer, "helper took parts")
     helper_parts = sum(n for name, n in taken.items() if name != threading.main_thread().name)
     assert helper_parts > 0, taken
     assert cached.segment_cache.plan(rerender(longer), True).missing == []
+
+
+def test_a_helper_without_a_free_piece_cache_leaves_the_parts_and_a_spare_is_made(cached, plain, ref,
+                                                                                 monkeypatch):
+    """Making a piece cache costs more than a helper's share of a turn: it does not join then,
+    and a spare cache is made after the call, off its critical path."""
+    monkeypatch.setattr(reuse, "MIN_AHEAD_PLAN_CHARS", 1_000)
+    monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
+    monkeypatch.setattr(reuse, "SHARED_PART_BYTES", 64)
+    pool = bpe.PieceCachePool(lambda: bpe.new_piece_cache(cached._bpe), keep=4)
+    monkeypatch.setattr(cached._encoder, "piece_caches", pool)  # encoders may be shared: a pool of its own
+    segments = chat_turn(0, 3_000)
+    cached.encode_segments(segments)
+    assert len(pool.kept()) == 1
+    joined: list[int] = []
+    work = reuse.SharedParts.work
+
+    def spy(self, piece_cache):
+        n = work(self, piece_cache)
+        if threading.current_thread() is not threading.main_thread():
+            joined.append(n)
+        return n
+
+    monkeypatch.setattr(reuse.SharedParts, "work", spy)
+    longer = rerender(segments) + chat_turn(1, 3_000)
+    check(cached, plain, ref, longer, "no cache for the helper")
+    assert joined == []
+    for _ in range(1000):  # made by the helper after the call
+        if len(pool.kept()) == 2:
+            break
+        threading.Event().wait(0.005)
+    assert len(pool.kept()) == 2
 
 
 def test_count_tokens_encodes_ahead_too(cached, plain, low_thresholds, ahead_calls):
@@ -354,3 +387,24 @@ def test_output_memory_unit():
     short = memory.take(10)  # short outputs are arrays of their own (they fault in quickly)
     assert short.base is None and short.flags.owndata
     assert memory.take(reuse.MIN_REUSED_IDS).base is block()  # and leave the kept block kept
+
+
+@pytest.mark.skipif(reuse.new_memory(4096) is None, reason="no private anonymous mappings on this platform")
+def test_outgrown_output_memory_grows_in_place():
+    """A free block too small for the next turn is the same mapping resized: what the earlier
+    turns wrote moves along (no copy, no page faulted in again)."""
+    memory = reuse.OutputMemory()
+    first = memory.take(reuse.MIN_REUSED_IDS)
+    mapping = first.base.base.obj
+    first[:] = np.arange(first.shape[0], dtype=np.uint32)
+    capacity = first.base.shape[0] + 1
+    memory.keep(first)
+    del first
+    grown = memory.take(capacity)
+    assert grown.base.base.obj is mapping and grown.base.shape[0] >= capacity
+    assert np.array_equal(grown[:reuse.MIN_REUSED_IDS], np.arange(reuse.MIN_REUSED_IDS))
+    memory.keep(grown)
+    held = grown[:3]
+    del grown
+    again = memory.take(capacity * 2)  # ``held`` keeps the block: a new mapping, the old one untouched
+    assert again.base.base.obj is not mapping and held.tolist() == [0, 1, 2]

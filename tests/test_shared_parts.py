@@ -74,10 +74,15 @@ def test_parts_give_the_ids_and_bounds_of_one_call(tok, name, part_bytes, n_thre
     expected_ids, expected_bounds = tok._encode_fused(packed)
     shared = SharedParts(tok._encoder, packed, tok._flags, part_bytes, tok._splits_after_newline)
     done: list[int] = []
-    helpers = [threading.Thread(target=lambda: done.append(shared.work())) for _ in range(n_threads - 1)]
+
+    def work():
+        with tok._encoder.piece_caches.borrow() as cache:
+            done.append(shared.work(cache))
+
+    helpers = [threading.Thread(target=work) for _ in range(n_threads - 1)]
     for helper in helpers:
         helper.start()
-    done.append(shared.work())
+    work()
     for helper in helpers:
         helper.join()
     assert sum(done) == shared.n_parts
@@ -101,6 +106,7 @@ def test_ids_only_once_every_part_is_done(tok):
     shared = SharedParts(tok._encoder, packed, tok._flags, 256, tok._splits_after_newline)
     with pytest.raises(RuntimeError, match="before every part"):
         shared.ids_and_bounds()
-    shared.work()
-    assert shared.work() == 0  # nothing left to take
+    with tok._encoder.piece_caches.borrow() as cache:
+        shared.work(cache)
+        assert shared.work(cache) == 0  # nothing left to take
     np.testing.assert_array_equal(shared.ids_and_bounds()[0], tok._encode_fused(packed)[0])
