@@ -141,33 +141,40 @@ def gather_parts(sub_start, part_first, out, part_n_ids, sub_n_ids, seg_end, ori
 
 
 @leaf
-def group_into_parts(sub_start, sub_end, part_bytes, part_first):
-    """Consecutive sub-strings grouped into parts of at least ``part_bytes`` (the last may be
-    shorter): fills ``part_first`` (room for one entry per sub-string, plus one) and returns
-    the number of parts."""
+def group_into_parts(sub_start, sub_end, min_part_bytes, shrink, part_first):
+    """Consecutive sub-strings grouped into parts: a part ends once it holds ``min_part_bytes``
+    and, if ``shrink``, 1/``shrink`` of the bytes left at its start (guided self-scheduling:
+    large parts first, small ones last, so that threads sharing them finish close together).
+    Fills ``part_first`` (room for one entry per sub-string, plus one); returns the part count."""
+    left = 0
+    for s in range(sub_start.shape[0]):
+        left += sub_end[s] - sub_start[s]
     n_parts = 0
     size = 0
+    target = 0
     for s in range(sub_start.shape[0]):
         if size == 0:
             part_first[n_parts] = s
             n_parts += 1
+            target = max(min_part_bytes, left // shrink if shrink > 0 else 0)
         size += sub_end[s] - sub_start[s]
-        if size >= part_bytes:
+        left -= sub_end[s] - sub_start[s]
+        if size >= target:
             size = 0
     part_first[n_parts] = sub_start.shape[0]
     return n_parts
 
 
 @kernel
-def cut_into_parts(buf, seg_start, seg_end, needs_cuts, allow_special, flags, part_bytes, split_units):
+def cut_into_parts(buf, seg_start, seg_end, needs_cuts, allow_special, flags, min_part_bytes, shrink, split_units):
     """The sub-strings of packed segments (tiktoken-safe cuts; with ``split_units``, long ones cut
     further where the pattern always cuts, ``split_at_safe_points``) and their grouping into parts
-    of about ``part_bytes``: ``(sub_start, sub_end, sub_allow, part_first)``."""
+    (``group_into_parts``): ``(sub_start, sub_end, sub_allow, part_first)``."""
     sub_start, sub_end, sub_allow = cut_packed(buf, seg_start, seg_end, needs_cuts, allow_special, flags)
     if split_units:
-        sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow, part_bytes)
+        sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow, min_part_bytes)
     part_first = np.empty(sub_start.shape[0] + 1, dtype=np.int64)
-    n_parts = group_into_parts(sub_start, sub_end, part_bytes, part_first)
+    n_parts = group_into_parts(sub_start, sub_end, min_part_bytes, shrink, part_first)
     return sub_start, sub_end, sub_allow, part_first[:n_parts + 1]
 
 

@@ -52,7 +52,8 @@ MIN_BYTES_PER_JOB_MORE_CORES = 1 << 16
 # from 1 MB per job.
 MIN_BYTES_PER_PROCESS_JOB = 1 << 20
 UNIT_BYTES = 1 << 18  # long sub-strings are split (where provably safe) into units of about this size
-GROUPS_PER_JOB = 4  # smaller groups even out text that costs more per byte (CJK, long runs)
+GROUPS_PER_JOB = 4
+PARTS_WAIT_POLLS = 1 << 16  # ~0.2-1 ms of atomic reads: SharedParts.wait_briefly  # smaller groups even out text that costs more per byte (CJK, long runs)
 
 
 def usable_cores() -> int:
@@ -204,17 +205,19 @@ class SharedParts:
     once planned, the helper takes the parts the caller has not reached.
 
     Parts are groups of sub-strings (the tiktoken-safe cuts, long ones cut further where the
-    pattern always cuts) of about ``part_bytes``: each is encoded on its own as in any fan-out.
+    pattern always cuts) of at least ``min_part_bytes`` and, with ``shrink``, 1/``shrink`` of the
+    bytes left (large parts first, small ones last: ``encoder.group_into_parts``); each is
+    encoded on its own as in any fan-out.
     """
 
-    def __init__(self, encoder, packed: PackedSegments, flags: np.ndarray, part_bytes: int,
-                 splits_after_newline: bool) -> None:
+    def __init__(self, encoder, packed: PackedSegments, flags: np.ndarray, min_part_bytes: int,
+                 splits_after_newline: bool, shrink: int = 0) -> None:
         buf = packed.buf
         self.packed = packed
         self.encoder = encoder
         self.sub_start, self.sub_end, self.sub_allow, self.part_first = cut_into_parts(
-            buf, packed.seg_start, packed.seg_end, packed.needs_cuts, packed.allow_special, flags, part_bytes,
-            splits_after_newline)
+            buf, packed.seg_start, packed.seg_end, packed.needs_cuts, packed.allow_special, flags, min_part_bytes,
+            shrink, splits_after_newline)
         self.counters = np.zeros(2, dtype=np.int64)  # the next part to take, the parts done
         self.out = np.empty(buf.shape[0], dtype=ID_DTYPE)  # an id covers >= 1 byte
         self.part_n_ids = np.zeros(self.part_first.shape[0] - 1, dtype=np.int64)

@@ -39,10 +39,12 @@ from .segments import PackedSegments, pack_segments, validate_segments
 # Encoding ahead is worth a helper thread (hand-offs cost ~0.1 ms here) when there is much to plan and to encode:
 MIN_AHEAD_PLAN_CHARS = 1 << 18  # characters of the recent call the new one extends
 MIN_AHEAD_BYTES = 1 << 12  # bytes of new text
-# The new text in parts of this size, taken by the caller and, once it has planned, the helper (fewer than
-# MIN_SHARED_PARTS: one compiled call on the caller's thread). Measured on 2 cores: see SharedParts.
-SHARED_PART_BYTES = 1 << 13
-MIN_SHARED_PARTS = 4
+# From MIN_SHARED_BYTES of new text on, it is cut into parts taken by the caller and, once it has planned, the
+# helper (SharedParts): parts of a quarter of the text left, at least SHARED_PART_BYTES (the last ones small, so
+# that the two threads end close together). Measured on 2 cores: README, "Agent loops".
+MIN_SHARED_BYTES = 1 << 15
+SHARED_PART_BYTES = 1 << 11
+SHARED_PART_SHRINK = 4
 MIN_REUSED_IDS = 1 << 18  # outputs shorter than this fault their pages in quickly enough
 # A reused output's block is this much longer than the output it was made for: a turn adds ~3% to a
 # 1M-token prompt, so a new block every ~8 turns (at most 1/4 of one output of memory unused).
@@ -221,8 +223,9 @@ class EncodeAhead:
         """The whole call: the plan on a helper thread (or here first, if none is idle), the
         segments from ``first`` on here (and on the helper once it has planned)."""
         n_ahead = self.packed.n_segments
-        shared = (SharedParts(tok._encoder, self.packed, tok._flags, SHARED_PART_BYTES, tok._splits_after_newline)
-                  if self.packed.buf.shape[0] >= MIN_SHARED_PARTS * SHARED_PART_BYTES else None)
+        shared = (SharedParts(tok._encoder, self.packed, tok._flags, SHARED_PART_BYTES, tok._splits_after_newline,
+                              SHARED_PART_SHRINK)
+                  if self.packed.buf.shape[0] >= MIN_SHARED_BYTES else None)
         piece_caches = tok._encoder.piece_caches
         lacked_a_cache = []
 
@@ -246,10 +249,16 @@ class EncodeAhead:
                         shared.work(piece_cache)
             return valid, plan, out, n_cached
 
+        def encode_ahead():
+            """``(ids, bounds)`` of the new segments, or None when they are shared: then this thread
+            encodes parts until none is left to take, and the helper may still be on its last one."""
+            if shared is None:
+                return tok._encode_fused(self.packed)
+            shared.work(piece_cache)
+            return None
+
         # this thread's piece cache is taken before the helper starts: the warm one stays the caller's
         with piece_caches.borrow() if shared is not None else nullcontext() as piece_cache:
-            encode_ahead = ((lambda: tok._encode_fused(self.packed)) if shared is None
-                            else (lambda: shared.work(piece_cache)))  # the helper may still be on its last part
             planned = HELPERS.submit(plan_call)
             if planned is None:  # every helper is busy: plan here, then encode (no thread to wait for)
                 valid, plan, out, n_cached = plan_call(join_parts=False)
@@ -259,7 +268,7 @@ class EncodeAhead:
                     encoded = encode_ahead()
                 finally:
                     valid, plan, out, n_cached = planned.result()  # raises what validation raised
-        ids, bounds = encoded if shared is None else shared.ids_and_bounds()  # every part is done now
+        ids, bounds = encoded if encoded is not None else shared.ids_and_bounds()  # every part is done now
         if lacked_a_cache:
             HELPERS.submit(piece_caches.add_spare)  # for the next turn's helper; not waited for
         ids, bounds = self._ids_of(plan.missing, ids, bounds, lambda indices: tok._encode_packed(

@@ -50,6 +50,7 @@ def low_thresholds(request, monkeypatch):
     monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
     if request.param == "shared parts":
         monkeypatch.setattr(reuse, "SHARED_PART_BYTES", 64)
+        monkeypatch.setattr(reuse, "MIN_SHARED_BYTES", 256)
 
 
 @pytest.fixture()
@@ -103,6 +104,7 @@ def test_the_helper_takes_the_parts_left_once_planned(cached, plain, ref, monkey
     monkeypatch.setattr(reuse, "MIN_AHEAD_PLAN_CHARS", 1_000)
     monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
     monkeypatch.setattr(reuse, "SHARED_PART_BYTES", 64)
+    monkeypatch.setattr(reuse, "MIN_SHARED_BYTES", 256)
     joined = threading.Event()
     taken: dict[str, int] = {}
     work = reuse.SharedParts.work
@@ -133,6 +135,7 @@ def test_a_helper_without_a_free_piece_cache_leaves_the_parts_and_a_spare_is_mad
     monkeypatch.setattr(reuse, "MIN_AHEAD_PLAN_CHARS", 1_000)
     monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
     monkeypatch.setattr(reuse, "SHARED_PART_BYTES", 64)
+    monkeypatch.setattr(reuse, "MIN_SHARED_BYTES", 256)
     pool = bpe.PieceCachePool(lambda: bpe.new_piece_cache(cached._bpe), keep=4)
     monkeypatch.setattr(cached._encoder, "piece_caches", pool)  # encoders may be shared: a pool of its own
     segments = chat_turn(0, 3_000)

@@ -66,13 +66,13 @@ def prompts():
 
 
 @pytest.mark.parametrize("name", list(prompts()))
-@pytest.mark.parametrize("part_bytes", [1, 64, 4_096, 1 << 22])
+@pytest.mark.parametrize("part_bytes, shrink", [(1, 0), (64, 0), (4_096, 0), (1 << 22, 0), (1, 4), (256, 3)])
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
-def test_parts_give_the_ids_and_bounds_of_one_call(tok, name, part_bytes, n_threads):
+def test_parts_give_the_ids_and_bounds_of_one_call(tok, name, part_bytes, shrink, n_threads):
     segments, tiktoken_safe = prompts()[name]
     packed = pack_segments(segments, tiktoken_safe, tok._flags)
     expected_ids, expected_bounds = tok._encode_fused(packed)
-    shared = SharedParts(tok._encoder, packed, tok._flags, part_bytes, tok._splits_after_newline)
+    shared = SharedParts(tok._encoder, packed, tok._flags, part_bytes, tok._splits_after_newline, shrink)
     done: list[int] = []
 
     def work():
@@ -92,13 +92,29 @@ def test_parts_give_the_ids_and_bounds_of_one_call(tok, name, part_bytes, n_thre
     np.testing.assert_array_equal(bounds, expected_bounds)
 
 
+def part_sizes(shared: SharedParts) -> list[int]:
+    return [int(shared.sub_end[b - 1] - shared.sub_start[a])
+            for a, b in zip(shared.part_first[:-1].tolist(), shared.part_first[1:].tolist())]
+
+
 def test_parts_are_about_the_size_asked(tok):
     packed = pack_segments([(sample_text(40_000, seed=6), False)], True, tok._flags)
-    shared = SharedParts(tok._encoder, packed, tok._flags, 4_096, tok._splits_after_newline)
-    sizes = [int(shared.sub_end[b - 1] - shared.sub_start[a]) for a, b in zip(shared.part_first[:-1],
-                                                                            shared.part_first[1:])]
+    sizes = part_sizes(SharedParts(tok._encoder, packed, tok._flags, 4_096, tok._splits_after_newline))
     assert len(sizes) > 5
     assert all(size >= 4_096 for size in sizes[:-1])
+
+
+def test_guided_parts_shrink_toward_the_end(tok):
+    """Each part holds at least a quarter of the bytes left at its start (and the minimum): large
+    parts first, small ones last (as far as the sub-strings can be cut: a stretch without a safe
+    point stays whole)."""
+    packed = pack_segments([(sample_text(100_000, seed=8), False)], True, tok._flags)
+    sizes = part_sizes(SharedParts(tok._encoder, packed, tok._flags, 1_024, tok._splits_after_newline, shrink=4))
+    left = sum(sizes)
+    for size in sizes[:-1]:
+        assert size >= max(1_024, left // 4)
+        left -= size
+    assert len(sizes) >= 5 and sizes[0] >= sum(sizes) // 4 and min(sizes) < sizes[0] // 2
 
 
 def test_ids_only_once_every_part_is_done(tok):
