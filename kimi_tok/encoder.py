@@ -9,8 +9,11 @@ fan-out). ``encode_packed`` runs everything from the packed segments on, the
 tiktoken-safe cuts included, in ONE compiled call (``encode_packed_fused``) for
 calls that need no fan-out: no Python between the stages, so the GIL stays free
 for another thread the whole time (a helper plans the call meanwhile, ``reuse.py``).
-``find_pieces``, ``merge_misses`` and ``assemble`` are the three phases of the
-optional hash-routed path (``routing.py``); ``parallel.py`` runs them.
+``encode_claimed_parts`` runs them over parts of a call that several threads take one
+at a time from an atomic counter (``parallel.SharedParts``: an agent loop's new text,
+shared by the caller and its planning helper). ``find_pieces``, ``merge_misses`` and
+``assemble`` are the three phases of the optional hash-routed path (``routing.py``);
+``parallel.py`` runs them.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ contiguous groups of about equal bytes (``split_spans``).
 
 Both give the sequential ids for every input and any number of workers.
 
+``SharedParts`` shares one call between threads that join at different times (an agent
+loop's caller and, once it has planned the call, its helper): they take parts from an
+atomic counter inside compiled code, so none waits for a share decided in advance.
+
 Why not ``joblib.Parallel`` for one call: it costs ~10 ms per call here whatever
 the work (its result loop polls every 10 ms), about the time of a whole
 million-token encode on 16 cores; a warm ``ThreadPoolExecutor`` costs ~0.1 ms and

@@ -6,17 +6,19 @@ At the end of a long agent loop one call costs two things of similar size:
   (``SegmentCache.speculate``) and comparing their texts with the call's (``verify``:
   Python ``==`` on every cached text, ~0.7 ms for a 1M-token prompt of fresh ``str``
   objects), then copying ~4 MB of cached ids into the output. All of it holds the GIL.
-* encoding the appended segments: one compiled call without the GIL, ~1.8 ms for 33k
+* encoding the appended segments: compiled code without the GIL, ~1.8 ms for 33k
   tokens of text the CPU caches have not seen.
 
 A turn is the previous prompt plus new segments, and a segment's ids depend only on its
 text, so the segments after where a recent call ended can be encoded before the plan
 says they are new (``EncodeAhead``): this thread encodes them while a helper thread plans
-the call. If the guess was wrong (they were cached after all, or others are missing
-too), the plan still decides, and nothing but some encoding is wasted. The ~4 MB output
-reuses the memory of the previous long output once its caller has let go of it
-(``OutputMemory``): fresh pages cost ~1 ms of faults, and even growing the last output
-in place 0.2 ms.
+the call, and once planned the helper takes the parts of the new text this thread has
+not reached (``parallel.SharedParts``). If the guess was wrong (they were cached after
+all, or others are missing too), the plan still decides, and nothing but some encoding
+is wasted. The ~4 MB output reuses the memory of the previous long output once its
+caller has let go of it, grown in place when a turn outgrows it (``OutputMemory``):
+fresh pages cost ~1 ms of faults (up to ~5 ms), and growing the last output with
+``realloc`` every turn 0.2 ms.
 """
 
 from __future__ import annotations
