@@ -23,6 +23,7 @@ fresh pages cost ~1 ms of faults (up to ~5 ms), and growing the last output with
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import sys
@@ -53,12 +54,32 @@ MIN_REUSED_IDS = 1 << 18  # outputs shorter than this fault their pages in quick
 OUTPUT_HEADROOM = 1.25
 
 
+def _sched_getcpu():
+    """libc's ``sched_getcpu`` (the core the calling thread runs on), or None where there is none."""
+    try:
+        getcpu = ctypes.CDLL(None).sched_getcpu
+    except (AttributeError, OSError, TypeError):
+        return None
+    getcpu.restype = ctypes.c_int
+    getcpu.argtypes = []
+    return getcpu if hasattr(os, "sched_setaffinity") and getcpu() >= 0 else None
+
+
+SCHED_GETCPU = _sched_getcpu()
+
+
 class HelperThreads:
     """Threads that plan calls while their callers encode: at most ``size`` at once, never queued.
 
     A call takes a helper only if one is idle right now; otherwise it plans and encodes on
     its own thread, as without encoding ahead. So concurrent callers never wait behind each
     other's plans (or behind a long call's fan-out, which has its own pool).
+
+    With one helper (two or three cores), it is woken on another core than its caller's
+    (``_off_the_callers_core``). Measured on 2 cores (agent loop, 4 alternating runs): without
+    that, 24% of turns took 2.8-4 ms instead of ~1.9 (the scheduler had queued the helper
+    behind its caller's compiled call, so it planned only after the caller had encoded);
+    with it, 2%.
     """
 
     def __init__(self, size: int) -> None:
@@ -69,6 +90,7 @@ class HelperThreads:
         self._pid = os.getpid()  # a forked child has none of its parent's threads: it starts its own
         self._idle = threading.BoundedSemaphore(self.size)
         self._pool = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kimi_tok-plan")
+        self._helper_thread_id: int | None = None  # the native id of the one helper, once it has run
 
     def submit(self, fn) -> Future | None:
         """``fn`` running on an idle helper, or None when all are busy."""
@@ -76,14 +98,29 @@ class HelperThreads:
             self._start()
         if not self._idle.acquire(blocking=False):
             return None
+        if self._helper_thread_id is not None:
+            self._off_the_callers_core(self._helper_thread_id)
 
         def run():
+            if self.size == 1 and SCHED_GETCPU is not None:
+                self._helper_thread_id = threading.get_native_id()
             try:
                 return fn()
             finally:
                 self._idle.release()
 
         return self._pool.submit(run)
+
+    def _off_the_callers_core(self, thread_id: int) -> None:
+        """Let the helper run on every core the caller may use but the one it is on now, so the
+        scheduler never queues it behind the caller (a few microseconds: two system calls)."""
+        try:
+            cores = os.sched_getaffinity(0)
+            cores.discard(SCHED_GETCPU())
+            if cores:
+                os.sched_setaffinity(thread_id, cores)
+        except OSError:  # a thread that is gone, a core set the helper may not take: stop trying
+            self._helper_thread_id = None
 
 
 # half the cores: the callers encode on the other half (one helper per call in flight)

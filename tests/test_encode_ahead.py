@@ -411,3 +411,28 @@ def test_outgrown_output_memory_grows_in_place():
     del grown
     again = memory.take(capacity * 2)  # ``held`` keeps the block: a new mapping, the old one untouched
     assert again.base.base.obj is not mapping and held.tolist() == [0, 1, 2]
+
+
+@pytest.mark.skipif(reuse.SCHED_GETCPU is None or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs sched_getcpu, sched_setaffinity and two cores")
+def test_a_single_helper_is_woken_off_the_callers_core():
+    helpers = reuse.HelperThreads(1)
+    assert helpers.submit(lambda: 0).result() == 0  # learns the helper's thread id
+    thread_id = helpers._helper_thread_id
+    allowed = os.sched_getaffinity(0)
+    for _ in range(1000):  # the helper releases itself just after its job
+        job = helpers.submit(lambda: os.sched_getaffinity(0))
+        if job is not None:
+            break
+        threading.Event().wait(0.001)
+    cores = job.result()
+    assert thread_id is not None and len(cores) == len(allowed) - 1 and cores < allowed
+
+
+def test_helper_threads_stop_steering_a_thread_they_cannot_steer(monkeypatch):
+    helpers = reuse.HelperThreads(1)
+    helpers._helper_thread_id = 2 ** 31 - 1  # no such thread
+    if reuse.SCHED_GETCPU is not None:
+        helpers._off_the_callers_core(helpers._helper_thread_id)
+        assert helpers._helper_thread_id is None
+    assert helpers.submit(lambda: 5).result() == 5
