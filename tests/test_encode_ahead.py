@@ -252,11 +252,12 @@ def test_concurrent_agent_loops_share_one_tokenizer(cached, plain, low_threshold
             assert got[turn] == plain.encode_segments(segments).ids, (k, turn)
 
 
-def test_real_thresholds(cached, plain, ref, ahead_calls):
+@pytest.mark.parametrize("new_chars", [8_000, 60_000])  # one compiled call; shared parts (>= 32 KB)
+def test_real_thresholds(cached, plain, ref, ahead_calls, new_chars):
     """A turn after a ~300k-character prompt takes the path with the shipped thresholds."""
     segments = chat_turn(0, 300_000)
     cached.encode_segments(segments)
-    longer = rerender(segments) + chat_turn(1, 8_000)
+    longer = rerender(segments) + chat_turn(1, new_chars)
     got = check(cached, plain, ref, longer, "real thresholds")
     assert ahead_calls == [len(segments)]
     assert np.array_equal(cached.encode_to_numpy(rerender(longer)), np.array(got, dtype=np.uint32))
