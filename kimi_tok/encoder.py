@@ -29,6 +29,7 @@ from .atomics import fetch_add
 from .chunking import cut_chunks, cut_substrings
 from .jit import kernel, leaf
 from .pretokenize import KimiScanner, pretokenizer_for, scan_runs, split_at_safe_points
+from .segments import bounds_by_segment
 from .specials import build_special_table, split_specials
 
 ID_DTYPE = np.uint32
@@ -119,7 +120,7 @@ def encode_claimed_parts(tables, specials, scan_table, buf, sub_start, sub_end, 
 @kernel
 def gather_parts(sub_start, part_first, out, part_n_ids, sub_n_ids, seg_end, origin, n_segments):
     """The ids of every part (``encode_claimed_parts``) back to back, and where each of the
-    caller's ``n_segments`` segments starts and ends in them (as ``segments.segment_bounds``):
+    caller's ``n_segments`` segments starts and ends in them (``segments.bounds_by_segment``):
     ``(ids, bounds)``. ``seg_end`` and ``origin``: the packed segments' ends and callers' indices."""
     base = sub_start[0] if sub_start.shape[0] else 0
     n_ids = 0
@@ -132,15 +133,7 @@ def gather_parts(sub_start, part_first, out, part_n_ids, sub_n_ids, seg_end, ori
         for k in range(part_n_ids[p]):
             ids[n + k] = out[at + k]
         n += part_n_ids[p]
-    bounds = np.zeros(n_segments + 1, dtype=np.int64)
-    packed = 0
-    for s in range(sub_start.shape[0]):
-        while packed < seg_end.shape[0] - 1 and seg_end[packed] <= sub_start[s]:
-            packed += 1
-        bounds[origin[packed] + 1] += sub_n_ids[s]
-    for i in range(n_segments):
-        bounds[i + 1] += bounds[i]
-    return ids, bounds
+    return ids, bounds_by_segment(seg_end, origin, n_segments, sub_start, np.cumsum(sub_n_ids))
 
 
 @leaf

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .chunking import safe_substrings
+from .jit import kernel
 
 
 class PackedSegments(NamedTuple):
@@ -119,12 +120,25 @@ def pack_segments(
     )
 
 
+@kernel
+def bounds_by_segment(seg_end, origin, n_segments, unit_start, unit_out_end):
+    """Where each of the caller's ``n_segments`` segments starts and ends in the ids
+    (``n_segments + 1`` offsets), from units of text in order (runs or sub-strings, each inside
+    one packed segment): unit ``u`` starts at byte ``unit_start[u]`` and its ids end at
+    ``unit_out_end[u]``. ``seg_end`` and ``origin``: the packed segments' ends and callers' indices."""
+    bounds = np.zeros(n_segments + 1, dtype=np.int64)
+    packed = 0
+    done = 0
+    for u in range(unit_start.shape[0]):
+        while packed < seg_end.shape[0] - 1 and seg_end[packed] <= unit_start[u]:
+            packed += 1
+        bounds[origin[packed] + 1] += unit_out_end[u] - done
+        done = unit_out_end[u]
+    for i in range(n_segments):
+        bounds[i + 1] += bounds[i]
+    return bounds
+
+
 def segment_bounds(packed: PackedSegments, run_start: np.ndarray, run_out_end: np.ndarray) -> np.ndarray:
     """Where each of the caller's segments starts and ends in the ids (``n_segments + 1`` offsets)."""
-    run_ids = np.diff(run_out_end, prepend=0)
-    packed_of_run = np.searchsorted(packed.seg_end, run_start, side="right")
-    per_packed = np.bincount(packed_of_run, weights=run_ids, minlength=len(packed.origin))
-    per_segment = np.bincount(packed.origin, weights=per_packed, minlength=packed.n_segments)
-    bounds = np.zeros(packed.n_segments + 1, dtype=np.int64)
-    np.cumsum(per_segment.astype(np.int64), out=bounds[1:])
-    return bounds
+    return bounds_by_segment(packed.seg_end, packed.origin, packed.n_segments, run_start, run_out_end)
