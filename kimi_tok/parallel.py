@@ -56,8 +56,7 @@ MIN_BYTES_PER_JOB_MORE_CORES = 1 << 16
 # from 1 MB per job.
 MIN_BYTES_PER_PROCESS_JOB = 1 << 20
 UNIT_BYTES = 1 << 18  # long sub-strings are split (where provably safe) into units of about this size
-GROUPS_PER_JOB = 4
-PARTS_WAIT_POLLS = 1 << 16  # ~0.2-1 ms of atomic reads: SharedParts.wait_briefly  # smaller groups even out text that costs more per byte (CJK, long runs)
+GROUPS_PER_JOB = 4  # smaller groups even out text that costs more per byte (CJK, long runs)
 
 
 def usable_cores() -> int:

@@ -431,7 +431,7 @@ def test_a_single_helper_is_woken_off_the_callers_core():
     assert thread_id is not None and after and after < before and ran_on in after
 
 
-def test_helper_threads_stop_steering_a_thread_they_cannot_steer(monkeypatch):
+def test_helper_threads_stop_steering_a_thread_they_cannot_steer():
     helpers = reuse.HelperThreads(1)
     helpers._helper_thread_id = 2 ** 31 - 1  # no such thread
     if reuse.SCHED_GETCPU is not None:
