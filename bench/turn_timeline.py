@@ -42,6 +42,7 @@ STAGES = [
     (reuse.OutputMemory, "take", "take", False),
     (reuse, "copy_parts", "copy", False),
     (SegmentCache, "store", "store", False),
+    (SegmentCache, "draft_runs", "draft", False),
 ]
 
 

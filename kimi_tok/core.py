@@ -296,7 +296,8 @@ class Tokenizer:
             new_ids, bounds = self._add_late_misses(segments, tiktoken_safe, speculation.missing, new_ids, bounds,
                                                     plan.missing)
         if plan.missing:
-            cache.store(segments, tiktoken_safe, plan, new_ids, bounds)
+            cache.store(segments, tiktoken_safe, plan, new_ids, bounds,
+                        cache.draft_runs(segments, tiktoken_safe, plan, speculation.fingerprints))
         return assemble(plan, new_ids, bounds, len(segments), want_ids)
 
     def _add_late_misses(self, segments, tiktoken_safe, first_missing, ids, bounds, all_missing):

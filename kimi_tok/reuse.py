@@ -278,6 +278,8 @@ class EncodeAhead:
                 n_cached = sum(part.shape[0] for part in cached)
                 out = tok._output_memory.take(n_cached + self.packed.buf.shape[0])  # an id covers >= 1 byte
                 copy_parts(cached, out)
+            # the text side of the store, so that the caller only adds the ids at the end
+            drafts = cache.draft_runs(valid, tiktoken_safe, plan, speculation.fingerprints)
             if shared is not None and join_parts:
                 # the parts the caller has not reached yet, with a free piece cache: making one would
                 # cost more than this share (~6 ms of page faults on a helper thread)
@@ -286,7 +288,7 @@ class EncodeAhead:
                         lacked_a_cache.append(True)
                     else:
                         shared.work(piece_cache)
-            return valid, plan, out, n_cached
+            return valid, plan, out, n_cached, drafts
 
         def encode_ahead():
             """``(ids, bounds)`` of the new segments, or None when they are shared: then this thread
@@ -300,20 +302,20 @@ class EncodeAhead:
         with piece_caches.borrow() if shared is not None else nullcontext() as piece_cache:
             planned = HELPERS.submit(plan_call)
             if planned is None:  # every helper is busy: plan here, then encode (no thread to wait for)
-                valid, plan, out, n_cached = plan_call(join_parts=False)
+                valid, plan, out, n_cached, drafts = plan_call(join_parts=False)
                 encoded = encode_ahead()
             else:
                 try:
                     encoded = encode_ahead()
                 finally:
-                    valid, plan, out, n_cached = planned.result()  # raises what validation raised
+                    valid, plan, out, n_cached, drafts = planned.result()  # raises what validation raised
         ids, bounds = encoded if encoded is not None else shared.ids_and_bounds()  # every part is done now
         if lacked_a_cache:
             HELPERS.submit(piece_caches.add_spare)  # for the next turn's helper; not waited for
         ids, bounds = self._ids_of(plan.missing, ids, bounds, lambda indices: tok._encode_packed(
             pack_segments([valid[i] for i in indices], tiktoken_safe, tok._flags, validated=True), tok.n_jobs))
         if plan.missing:
-            cache.store(valid, tiktoken_safe, plan, ids, bounds)
+            cache.store(valid, tiktoken_safe, plan, ids, bounds, drafts)
         if out is None:
             return assemble(plan, ids, bounds, len(valid), want_ids)
         n_ids = n_cached + ids.shape[0]

@@ -17,12 +17,13 @@ position. Short texts (chat-template tags, roles) repeat all over a prompt: the 
 asked about them only for a call's first segment; elsewhere they are taken from a run
 beside their neighbours (also backwards from a long segment the index found).
 
-A plan is made in three steps. ``speculate`` follows runs comparing flags and lengths
-only (and the index's fingerprints), so the segments no run offers are known at once;
-``verify`` then compares every offered text in full (``==``, which is ``is`` first) --
-the one part that reads all the text, done by a Tokenizer on another thread while the
-missing segments are encoded; ``resolve`` turns a segment that differs after all into
-a missing one. Ids of a different text are never used. The fingerprint spares hashing
+A plan is made in three steps. ``speculate`` follows runs: the rest of a run is compared
+with the call's next segments as two lists (one C loop: ``==``, which is ``is`` first;
+the part that reads all the text, done by a Tokenizer on another thread while the new
+segments are encoded), and only where they differ are segments matched by flags and
+lengths up to the first difference (and the index's fingerprints), so the segments no
+run offers are known at once; ``verify`` then compares the texts matched that way;
+``resolve`` turns a segment that differs after all into a missing one. Ids of a different text are never used. The fingerprint spares hashing
 every long text, which Python would redo for every new ``str`` object a serving stack
 builds per request. Two texts that share a fingerprint only cost a miss: the newer one
 takes the index slot, the older stays reachable inside its run.
@@ -107,28 +108,35 @@ def check_segment_cache_bytes(value) -> None:
 
 
 class Run:
-    """Consecutive segments encoded by one call, with their ids (which never change once built)."""
+    """Consecutive segments encoded by one call, with their ids (which never change once built).
 
-    __slots__ = ("segments", "tiktoken_safe", "ids", "bounds", "keys", "key_bytes", "fingerprints", "nbytes",
-                 "continuations", "__weakref__")
+    Made in two steps: the text side first (``Run(...)``: keys, fingerprints, size), which a
+    Tokenizer does on its helper thread while the ids are still being encoded, then the ids
+    (``hold``), before the run is added to a cache."""
 
-    def __init__(self, segments: list[Segment], tiktoken_safe: bool, ids: np.ndarray, bounds: list[int],
-                 texts: list[str], lengths: np.ndarray) -> None:
-        """``texts`` and ``lengths``: the segments' texts and their lengths in characters."""
+    __slots__ = ("segments", "tiktoken_safe", "ids", "bounds", "keys", "key_bytes", "char_ends", "fingerprints",
+                 "nbytes", "continuations", "__weakref__")
+
+    def __init__(self, segments: list[Segment], tiktoken_safe: bool, texts: list[str], lengths: np.ndarray,
+                 known_fingerprints: dict[int, tuple] | None = None) -> None:
+        """``texts`` and ``lengths``: the segments' texts and their lengths in characters;
+        ``known_fingerprints``: position -> fingerprint of some of them, already computed."""
         self.segments = segments
         self.tiktoken_safe = tiktoken_safe  # the same for all segments of a run (part of their keys)
-        self.ids = ids  # read-only; segment k is ids[bounds[k]:bounds[k + 1]]
-        self.bounds = bounds
+        self.ids: np.ndarray | None = None  # read-only; segment k is ids[bounds[k]:bounds[k + 1]]
+        self.bounds: list[int] = []
         # what speculate compares: 2 * length + flag, as segment_keys gives them for a call
         self.keys = 2 * lengths + np.fromiter(map(itemgetter(1), segments), dtype=np.bool_, count=len(segments))
         self.key_bytes = self.keys.tobytes()
+        self.char_ends = [0, *np.cumsum(lengths).tolist()]  # characters of positions < k: char_ends[k]
         indexed = np.flatnonzero(lengths >= MIN_INDEXED_CHARS).tolist()
         if not indexed or indexed[0] != 0:
             indexed.insert(0, 0)
         # position -> fingerprint, for the segments the index holds: the long ones and the first
-        self.fingerprints = {k: fingerprint((texts[k], segments[k][1], tiktoken_safe)) for k in indexed}
-        self.nbytes = (sum(map(sys.getsizeof, texts)) + ids.nbytes
-                       + len(segments) * SEGMENT_OVERHEAD_BYTES + RUN_OVERHEAD_BYTES)
+        known = known_fingerprints or {}
+        self.fingerprints = {k: known.get(k) or fingerprint((texts[k], segments[k][1], tiktoken_safe))
+                             for k in indexed}
+        self.nbytes = sum(map(sys.getsizeof, texts)) + len(segments) * SEGMENT_OVERHEAD_BYTES + RUN_OVERHEAD_BYTES
         # Hints, not data: position -> the run a call stored right after leaving this run there
         # (at its end: the next turn's appended segments; inside: an edited segment). A later
         # call leaving this run at that position tries it before the index. Weak references,
@@ -137,6 +145,12 @@ class Run:
 
     def __len__(self) -> int:
         return len(self.segments)
+
+    def hold(self, ids: np.ndarray, bounds: list[int]) -> None:
+        """Give the run its ids (read-only, its own): segment k is ``ids[bounds[k]:bounds[k + 1]]``."""
+        self.ids = ids
+        self.bounds = bounds
+        self.nbytes += ids.nbytes
 
 
 class CachePlan(NamedTuple):
@@ -152,12 +166,14 @@ class CachePlan(NamedTuple):
 
 
 class Span(NamedTuple):
-    """Call segments ``at .. at + (end - first) - 1`` are run positions ``first .. end - 1``."""
+    """Call segments ``at .. at + (end - first) - 1`` are run positions ``first .. end - 1``;
+    ``verified``: their texts and flags were compared already (``verify`` skips them)."""
 
     run: Run
     first: int
     end: int
     at: int
+    verified: bool = False
 
 
 class Speculation(NamedTuple):
@@ -168,6 +184,7 @@ class Speculation(NamedTuple):
     missing: list[int]
     segments: list[Segment]
     tiktoken_safe: bool
+    fingerprints: dict[int, tuple]  # call index -> fingerprint, of the missing segments looked up in the index
 
 
 class SegmentCache:
@@ -212,67 +229,91 @@ class SegmentCache:
         return self.resolve(speculation, self.verify(speculation))
 
     def speculate(self, segments: list[Segment], tiktoken_safe: bool) -> Speculation:
-        """Offer cached segments for validated ``segments``, comparing flags and lengths only.
+        """Offer cached segments for validated ``segments``, comparing texts where that is one
+        C loop, flags and lengths elsewhere.
 
-        While the call repeats a run, its segments are matched by their keys (length and
-        flag) in one comparison per run; the index is consulted only where that chain
-        breaks, and only for texts long enough to be indexed (a match there: equal
-        fingerprints). A hit in the middle of a run also takes the segments just before it
-        that match the run backwards (a call opening with short chat-template segments).
-        Texts are compared by ``verify``; a segment that differs after all is looked up on
-        its own or encoded (``resolve``).
+        While the call repeats a run, the rest of the run is compared with the call's next
+        segments as two lists (texts and flags: ``==``, ``is`` first), a verified span when
+        equal. Where they differ, segments are matched by their keys (length and flag) up to
+        the first difference (``verify`` compares those texts later). The index is consulted
+        only where a run's chain breaks, and only for texts long enough to be indexed (a match
+        there: equal fingerprints, then equal texts). A hit in the middle of a run also takes
+        the segments just before it that equal the run's, backwards (a call opening with short
+        chat-template segments). A segment that differs after all is looked up on its own or
+        encoded (``resolve``). The comparisons hold no lock: runs never change.
         """
         spans: list[Span] = []
         missing: list[int] = []
+        fingerprints: dict[int, tuple] = {}
         index = self._index
-        keys = segment_keys(segments)
-        key_bytes = keys.tobytes()
         n = len(segments)
+        keys = key_bytes = None  # the call's keys, computed only if a run and the call differ
         run: Run | None = None
         span_start = at = 0  # the current span: run positions span_start..at-1
         span_at = 0  # call index of the current span's first segment
+        verified = True  # the current span's texts are compared
         i = 0
-        with self._lock:
-            while i < n:
-                if run is not None:
+        while i < n:
+            if run is not None:
+                rest = min(len(run) - at, n - i)
+                if run.segments[at:at + rest] == segments[i:i + rest]:
+                    same = rest
+                else:
+                    if keys is None:
+                        keys = segment_keys(segments)
+                        key_bytes = keys.tobytes()
                     same = _n_same_keys(run, at, keys, key_bytes, i)
-                    at += same
-                    i += same
-                    if i == n:
-                        break
-                    spans.append(Span(run, span_start, at, span_at))
+                    verified = verified and run.segments[at:at + same] == segments[i:i + same]
+                at += same
+                i += same
+                if i == n:
+                    break
+                spans.append(Span(run, span_start, at, span_at, verified))
+                with self._lock:
                     hint = run.continuations.get(at)
                     following = hint() if hint is not None else None
-                    run = None
                     # an evicted run may live on (a concurrent call still holds it): never offer it
-                    if (following is not None and following in self._runs
-                            and following.tiktoken_safe == tiktoken_safe and following.keys[0] == keys[i]):
-                        run, span_start, at, span_at = following, 0, 1, i
-                        self._runs.move_to_end(run)
-                        i += 1
-                        continue
-                text, allow = segments[i]
-                found = (index.get(fingerprint((text, allow, tiktoken_safe)))
-                         if len(text) >= MIN_INDEXED_CHARS or i == 0 else None)
-                if found is None:
-                    missing.append(i)
+                    if following is not None and (following not in self._runs
+                                                  or following.tiktoken_safe != tiktoken_safe):
+                        following = None
+                run = None
+                if following is not None and following.segments[0] == segments[i]:
+                    with self._lock:
+                        if following in self._runs:
+                            self._runs.move_to_end(following)
+                    run, span_start, at, span_at, verified = following, 0, 1, i, True
                     i += 1
                     continue
-                run, at = found
-                span_start, span_at = at, i
-                at += 1
+            text, allow = segments[i]
+            found = None
+            if len(text) >= MIN_INDEXED_CHARS or i == 0:
+                fingerprints[i] = fingerprint((text, allow, tiktoken_safe))
+                with self._lock:
+                    found = index.get(fingerprints[i])
+                    if found is not None:
+                        self._runs.move_to_end(found[0])
+            if found is None or found[0].segments[found[1]] != segments[i]:
+                missing.append(i)
                 i += 1
-                self._runs.move_to_end(run)
-                # take the missing segments just before it that match the run backwards
-                while (span_start > 0 and missing and missing[-1] == span_at - 1
-                       and run.keys[span_start - 1] == keys[span_at - 1]):
-                    missing.pop()
-                    span_start -= 1
-                    span_at -= 1
-            if run is not None:
-                spans.append(Span(run, span_start, at, span_at))
-            self._remember_call(n, tuple(keys[-ENDING_KEYS:].tolist()), int(keys.sum() >> 1), tiktoken_safe)
-        return Speculation(spans, missing, segments, tiktoken_safe)
+                continue
+            run, at = found
+            span_start, span_at, verified = at, i, True
+            at += 1
+            i += 1
+            # take the missing segments just before it that equal the run's, backwards
+            while (span_start > 0 and missing and missing[-1] == span_at - 1
+                   and run.segments[span_start - 1] == segments[span_at - 1]):
+                missing.pop()
+                span_start -= 1
+                span_at -= 1
+        if run is not None:
+            spans.append(Span(run, span_start, at, span_at, verified))
+        chars = (sum(span.run.char_ends[span.end] - span.run.char_ends[span.first] for span in spans)
+                 + sum(len(segments[j][0]) for j in missing))
+        ending = tuple(2 * len(text) + allow for text, allow in segments[max(0, n - ENDING_KEYS):])
+        with self._lock:
+            self._remember_call(n, ending, chars, tiktoken_safe)
+        return Speculation(spans, missing, segments, tiktoken_safe, fingerprints)
 
     def _remember_call(self, n_segments: int, ending: tuple, chars: int, tiktoken_safe: bool) -> None:
         calls = self._recent_calls
@@ -304,7 +345,9 @@ class SegmentCache:
         """
         segments = speculation.segments
         failed: list[int] = []
-        for run, first, end, at in speculation.spans if spans is None else spans:
+        for run, first, end, at, verified in speculation.spans if spans is None else spans:
+            if verified:
+                continue
             offered = run.segments[first:end]
             if offered == segments[at:at + end - first]:
                 continue
@@ -339,7 +382,7 @@ class SegmentCache:
             parts.append(run.ids[run.bounds[first]:run.bounds[end]])
             left = (run, end)
 
-        for run, first, end, at in speculation.spans:
+        for run, first, end, at, _ in speculation.spans:
             while m < len(spec_missing) and spec_missing[m] < at:
                 add_missing(spec_missing[m])
                 m += 1
@@ -377,25 +420,46 @@ class SegmentCache:
             return None
         return found
 
-    def store(self, segments: list[Segment], tiktoken_safe: bool, plan: CachePlan,
-              ids: np.ndarray, bounds: np.ndarray) -> None:
-        """Store the segments a call encoded: ``segments[plan.missing[j]]`` has ids
-        ``ids[bounds[j]:bounds[j + 1]]``; each stretch of consecutive ones becomes a run."""
-        stretches = (part for part in plan.parts if not isinstance(part, np.ndarray))
-        for (j0, j1), after in zip(stretches, plan.after):
-            first, end = plan.missing[j0], plan.missing[j1 - 1] + 1
-            self._add_run(segments[first:end], tiktoken_safe, ids, bounds[j0:j1 + 1], after)
+    def draft_runs(self, segments: list[Segment], tiktoken_safe: bool, plan: CachePlan,
+                   fingerprints: dict[int, tuple] | None = None) -> list[Run | None]:
+        """The runs ``store`` will add for ``plan``'s stretches of missing segments, without their
+        ids (None for a stretch too short to keep): the text side of a store, which needs no ids.
+        ``fingerprints``: call index -> fingerprint already computed (``Speculation.fingerprints``)."""
+        drafts: list[Run | None] = []
+        for part in plan.parts:
+            if isinstance(part, np.ndarray):
+                continue
+            first, end = plan.missing[part[0]], plan.missing[part[1] - 1] + 1
+            known = {i - first: fp for i, fp in fingerprints.items() if first <= i < end} if fingerprints else None
+            drafts.append(self._draft_run(segments[first:end], tiktoken_safe, known))
+        return drafts
 
-    def _add_run(self, segments: list[Segment], tiktoken_safe: bool, ids: np.ndarray, bounds: np.ndarray,
-                 after: tuple[Run, int] | None = None) -> None:
+    @staticmethod
+    def _draft_run(segments: list[Segment], tiktoken_safe: bool, known_fingerprints=None) -> Run | None:
         texts = list(map(itemgetter(0), segments))
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         if lengths.sum() < MIN_CACHED_CHARS:
-            return
+            return None
+        return Run(segments, tiktoken_safe, texts, lengths, known_fingerprints)
+
+    def store(self, segments: list[Segment], tiktoken_safe: bool, plan: CachePlan,
+              ids: np.ndarray, bounds: np.ndarray, drafts: list[Run | None] | None = None) -> None:
+        """Store the segments a call encoded: ``segments[plan.missing[j]]`` has ids
+        ``ids[bounds[j]:bounds[j + 1]]``; each stretch of consecutive ones becomes a run
+        (``drafts``: those runs from ``draft_runs``, made earlier)."""
+        if drafts is None:
+            drafts = self.draft_runs(segments, tiktoken_safe, plan)
+        stretches = (part for part in plan.parts if not isinstance(part, np.ndarray))
+        for (j0, j1), after, run in zip(stretches, plan.after, drafts):
+            if run is not None:
+                self._add_run(run, ids, bounds[j0:j1 + 1], after)
+
+    def _add_run(self, run: Run, ids: np.ndarray, bounds: np.ndarray, after: tuple[Run, int] | None = None) -> None:
+        """Add a drafted ``run`` with its ids ``ids[bounds[0]:bounds[-1]]`` (copied)."""
         first, end = int(bounds[0]), int(bounds[-1])
         stored = np.array(ids[first:end], dtype=np.uint32, copy=True)  # callers may write to what they got
         stored.setflags(write=False)
-        run = Run(segments, tiktoken_safe, stored, (bounds - first).tolist(), texts, lengths)
+        run.hold(stored, (bounds - first).tolist())
         if run.nbytes > self.budget_bytes:
             return
         with self._lock:
@@ -432,7 +496,9 @@ class SegmentCache:
     def put(self, key: Key, ids: np.ndarray) -> None:
         """Store one segment's ids (a private read-only copy); entries larger than the budget are not kept."""
         text, allow, tiktoken_safe = key
-        self._add_run([(text, allow)], tiktoken_safe, ids, np.array([0, len(ids)], dtype=np.int64))
+        run = self._draft_run([(text, allow)], tiktoken_safe)
+        if run is not None:
+            self._add_run(run, ids, np.array([0, len(ids)], dtype=np.int64))
 
     def clear(self) -> None:
         with self._lock:

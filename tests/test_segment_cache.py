@@ -284,6 +284,28 @@ def test_edit_inside_a_run_misses_only_around_the_edit(cached, plain):
     assert cached.segment_cache.plan(rerender(edited), True).missing == []  # the edited text is stored too
 
 
+def test_speculate_compares_whole_runs_and_leaves_only_edits_to_verify(cached):
+    """A call repeating stored runs gets verified spans (their texts compared by speculate, one list
+    comparison per run); a same-length edit leaves its span to ``verify``, which names it. The
+    character count remembered for guessing the next turn is the call's."""
+    turns = [chat_turn(turn, 1_500) for turn in range(3)]
+    flat = [seg for turn in turns for seg in turn]
+    cached.encode_segments(flat)
+    cache = cached.segment_cache
+    again = rerender(flat) + [("appended " * 40, False)]
+    speculation = cache.speculate(again, True)
+    assert speculation.spans and all(span.verified for span in speculation.spans)
+    assert speculation.missing == [len(flat)] and cache.verify(speculation) == []
+    assert cache._recent_calls[-1][2] == sum(len(text) for text, _ in again)
+    edited = rerender(flat)
+    at = len(turns[0]) + 4
+    edited[at] = (edited[at][0][:700] + "!" + edited[at][0][701:], False)  # same length
+    speculation = cache.speculate(edited, True)
+    assert speculation.missing == []
+    assert [span.verified for span in speculation.spans if span.at <= at < span.at + span.end - span.first] == [False]
+    assert cache.verify(speculation) == [at]
+
+
 def test_prompts_of_short_segments_only_are_reused(cached, plain):
     """No segment long enough for the index: the call's first segment finds the run. An edit that
     keeps the length misses only the edited segment (the run is followed past it); one that
