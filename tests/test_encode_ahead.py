@@ -11,6 +11,7 @@ the size thresholds so that small prompts take the path; one runs at the real on
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
 import threading
@@ -412,6 +413,18 @@ def test_outgrown_output_memory_grows_in_place():
     del grown
     again = memory.take(capacity * 2)  # ``held`` keeps the block: a new mapping, the old one untouched
     assert again.base.base.obj is not mapping and held.tolist() == [0, 1, 2]
+
+
+def test_fault_in_writes_one_id_per_page_of_the_view_only():
+    """The helper faults in the pages the caller will write the new ids to: one write per page,
+    nothing outside the view."""
+    block = np.full(8 * 4096, 7, dtype=np.uint32)
+    view = block[1000:20_000]
+    reuse.fault_in(view)
+    per_page = mmap.PAGESIZE // 4
+    written = np.flatnonzero(block != 7)
+    assert written.tolist() == list(range(1000, 20_000, per_page))
+    assert np.diff(written).max() <= per_page  # every page of the view
 
 
 @pytest.mark.skipif(reuse.SCHED_GETCPU is None or len(os.sched_getaffinity(0)) < 2,
