@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .hugepages import empty_in_huge_pages
 from .jit import kernel, leaf
 from .hashing import (
     EMPTY,
@@ -600,17 +601,19 @@ def new_piece_cache(tables: BpeTables, entries: int = PIECE_CACHE_ENTRIES,
     or ``short_slots``: such a copy made by the caller)."""
     if entries < 1 or entries & (entries - 1):
         raise ValueError(f"piece cache entries must be a power of two, not {entries}")
-    return PieceCache(
-        np.full(2 * entries, EMPTY, dtype=np.int64),
-        np.empty(entries, dtype=np.int64),
-        np.empty(entries, dtype=np.int64),
-        np.empty(entries, dtype=np.int64),
-        np.empty(entries, dtype=np.int64),
-        np.empty(key_bytes, dtype=np.uint8),
-        np.empty(ids, dtype=np.int32),
-        np.zeros(4, dtype=np.int64),
-        tables.short_slots.copy() if short_slots is None else short_slots,
-    )
+    layout = [(2 * entries, np.int64), (entries, np.int64), (entries, np.int64), (entries, np.int64),
+              (entries, np.int64), (key_bytes, np.uint8), (ids, np.int32), (4, np.int64)]
+    if short_slots is None:
+        layout.append((tables.short_slots.shape, tables.short_slots.dtype))
+    arrays = empty_in_huge_pages(layout)  # probed at random: in huge pages (see hugepages.py)
+    if short_slots is None:
+        arrays[-1][...] = tables.short_slots
+    else:
+        arrays.append(short_slots)
+    cache = PieceCache(*arrays)
+    cache.slots.fill(EMPTY)
+    cache.used.fill(0)
+    return cache
 
 
 class PieceCachePool:

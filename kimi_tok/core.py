@@ -27,6 +27,7 @@ from .jit import kernel
 from . import bpe
 from .chunking import cut_chunks, cut_substrings
 from .encoder import ID_DTYPE, SubstringEncoder
+from .hugepages import in_huge_pages
 from .load import Vocabulary
 from .parallel import (
     MIN_BYTES_PER_JOB, MIN_BYTES_PER_PROCESS_JOB, UNIT_BYTES, check_backend, check_hash_routing,
@@ -187,7 +188,8 @@ class Tokenizer:
         self._vocabulary = vocabulary
         self._special_tokens = special_tokens
         self._flags = code_point_flags()
-        self._bpe = bpe.cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)
+        # probed at random: in huge pages (see hugepages.py)
+        self._bpe = bpe.BpeTables(*in_huge_pages(bpe.cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)))
         self._encoder = SubstringEncoder(self._bpe, special_tokens, pattern)
         self._pretokenizer = self._encoder.pretokenizer
         self._worker_spec: EncoderSpec | None = None  # built on the first call on processes

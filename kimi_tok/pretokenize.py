@@ -31,6 +31,7 @@ from functools import lru_cache
 import numpy as np
 import pcre2
 
+from .hugepages import in_huge_pages
 from .jit import kernel, leaf, leaf_inline
 from .unicode_classes import (
     HAN,
@@ -411,7 +412,7 @@ class KimiScanner:
     splits_after_newline = True  # see split_at_safe_points
 
     def __init__(self) -> None:
-        self.table = code_point_flags()
+        self.table = in_huge_pages([code_point_flags()])[0]  # probed by code point: see hugepages.py
 
     def scan(self, buf, run_start, run_end, run_special):
         return scan_runs(buf, run_start, run_end, run_special, self.table)
