@@ -41,7 +41,10 @@ def empty_in_huge_pages(layout: Sequence[tuple[tuple[int, ...] | int, np.dtype]]
         total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     # one huge page more than needed, so that the arrays can start on a huge-page boundary
     size = (-(-max(total, 1) // HUGE_PAGE_BYTES) + 1) * HUGE_PAGE_BYTES
-    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError:  # no mapping to be had (a limit on mappings or address space): plain arrays
+        return [np.empty(shape, dtype=dtype) for shape, dtype in layout]
     try:
         memory.madvise(mmap.MADV_HUGEPAGE)
     except OSError:  # a kernel without transparent huge pages: still a mapping, on small pages

@@ -49,6 +49,15 @@ def test_plain_arrays_where_there_is_no_huge_page_advice(monkeypatch):
     assert copy.base is None and copy.tolist() == [0, 1, 2, 3]
 
 
+def test_plain_arrays_when_no_mapping_can_be_made(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(hugepages.mmap, "mmap", refuse)
+    (copy,) = hugepages.in_huge_pages([np.arange(3, dtype=np.int32)])
+    assert copy.base is None and copy.tolist() == [0, 1, 2]
+
+
 @pytest.mark.skipif(not hugepages._supported(), reason="no MADV_HUGEPAGE here")
 def test_a_tokenizers_tables_and_piece_caches_are_in_one_mapping_each():
     tok = kimi_tok.kimi_k3()
