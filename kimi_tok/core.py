@@ -188,8 +188,8 @@ class Tokenizer:
         self._vocabulary = vocabulary
         self._special_tokens = special_tokens
         self._flags = code_point_flags()
-        # probed at random: in huge pages (see hugepages.py)
-        self._bpe = bpe.BpeTables(*in_huge_pages(bpe.cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)))
+        tables = bpe.cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)
+        self._bpe = bpe.BpeTables(*in_huge_pages(tables))  # probed at random: see hugepages.py
         self._encoder = SubstringEncoder(self._bpe, special_tokens, pattern)
         self._pretokenizer = self._encoder.pretokenizer
         self._worker_spec: EncoderSpec | None = None  # built on the first call on processes

@@ -33,12 +33,13 @@ def empty_in_huge_pages(layout: Sequence[tuple[tuple[int, ...] | int, np.dtype]]
     no such advice). A page is only backed by memory once written; the arrays keep the mapping."""
     if not _supported():
         return [np.empty(shape, dtype=dtype) for shape, dtype in layout]
+    sizes = [int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in layout]
     offsets = []
     total = 0
-    for shape, dtype in layout:
+    for n_bytes in sizes:
         total = -(-total // ARRAY_ALIGNMENT) * ARRAY_ALIGNMENT
         offsets.append(total)
-        total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        total += n_bytes
     # one huge page more than needed, so that the arrays can start on a huge-page boundary
     size = (-(-max(total, 1) // HUGE_PAGE_BYTES) + 1) * HUGE_PAGE_BYTES
     try:
@@ -52,8 +53,7 @@ def empty_in_huge_pages(layout: Sequence[tuple[tuple[int, ...] | int, np.dtype]]
     raw = np.frombuffer(memory, dtype=np.uint8)
     start = -raw.ctypes.data % HUGE_PAGE_BYTES
     arrays = []
-    for (shape, dtype), offset in zip(layout, offsets):
-        n_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    for (shape, dtype), offset, n_bytes in zip(layout, offsets, sizes):
         arrays.append(raw[start + offset:start + offset + n_bytes].view(dtype).reshape(shape))
     return arrays
 

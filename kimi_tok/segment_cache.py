@@ -25,8 +25,9 @@ lengths up to the first difference (and the index's fingerprints), so the segmen
 run offers are known at once; ``verify`` then compares the texts matched that way;
 ``resolve`` turns a segment that differs after all into a missing one. Ids of a
 different text are never used. The fingerprint spares hashing every long text, which
-Python would redo for every new ``str`` object a serving stack builds per request. Two texts that share a fingerprint only cost a miss: the newer one
-takes the index slot, the older stays reachable inside its run.
+Python would redo for every new ``str`` object a serving stack builds per request. Two
+texts that share a fingerprint only cost a miss: the newer one takes the index slot, the
+older stays reachable inside its run.
 
 Memory is bounded by a byte budget (texts + ids + a fixed overhead per segment) with
 least-recently-used eviction of whole runs; a lock makes it safe for concurrent
