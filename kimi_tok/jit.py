@@ -15,11 +15,61 @@ again, ~20 s) and one warning says so.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import warnings
+from pathlib import Path
 
 import numba as nb
 
 _warned = False
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+STAMP_NAME = "kimi_tok-kernels.stamp"  # next to numba's cache files in the package's __pycache__
+
+
+def sources_stamp(package_dir: Path = PACKAGE_DIR) -> str:
+    """A digest of the name, size and modification time of every module of the package."""
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.glob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
+def drop_stale_kernel_caches(package_dir: Path = PACKAGE_DIR) -> bool:
+    """Delete numba's cached kernels in the package's ``__pycache__`` if any module changed since
+    they were written; returns whether it did.
+
+    numba checks a cached kernel against its own file only: a kernel that inlines a function from
+    another module keeps the old machine code after that module is edited (measured here: an
+    edited chunking.py left ``encoder.cut_packed`` at its old speed, 23 vs 3 us, until its cache
+    was deleted; it could as well keep old behaviour). An installed package is replaced whole, so
+    every file's stamp changes and numba drops them itself; this is for trees that are edited.
+    A read-only tree is left alone (numba then caches elsewhere, per file, as before).
+    """
+    cache_dir = package_dir / "__pycache__"
+    stamp_file = cache_dir / STAMP_NAME
+    stamp = sources_stamp(package_dir)
+    try:
+        if stamp_file.read_text() == stamp:
+            return False
+    except OSError:  # no stamp yet
+        pass
+    try:
+        cache_dir.mkdir(exist_ok=True)
+        stale = [path for pattern in ("*.nbi", "*.nbc") for path in cache_dir.glob(pattern)]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        partial = cache_dir / f"{STAMP_NAME}.{os.getpid()}"
+        partial.write_text(stamp)
+        os.replace(partial, stamp_file)  # processes importing at once each write a whole stamp
+    except OSError:
+        return False
+    return bool(stale)
+
+
+drop_stale_kernel_caches()
 
 
 def _njit(**options):

@@ -49,3 +49,16 @@ def test_compiled_cuts_equal_the_spec(seed):
 def test_400k_chunks_with_multibyte_characters_equal_the_spec():
     text = "é" * 399_999 + "\U0001F600" + "ab " * 150_000 + "中" * 30_000
     assert compiled_substrings(text) == spec_substrings(text)
+
+
+@pytest.mark.parametrize("text", [
+    "ab " * 133_333 + "a",  # 400,000 characters and bytes: one chunk, decided from the byte count alone
+    "ab " * 133_333 + "ab",  # 400,001: the last character starts a chunk
+    "ab " * 133_333 + "é",  # 400,000 characters in 400,001 bytes: one chunk, counted
+    "a" * 25_000,  # a 25,000-character run in 25,000 bytes: no cut, decided from the byte count alone
+    "a" * 25_000 + " ",  # the same run in 25,001 bytes: walked, no cut
+    "a" * 25_001,  # one character too many: cut
+    "é" * 12_500 + "a",  # 12,501 characters in 25,001 bytes: walked, no cut
+])
+def test_cuts_at_the_byte_count_shortcuts_equal_the_spec(text):
+    assert compiled_substrings(text) == spec_substrings(text)
