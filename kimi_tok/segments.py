@@ -14,6 +14,7 @@ already-cut pieces.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -90,6 +91,17 @@ def pack_segments(
     """Validate ``segments`` (unless ``validated``) and pack them; ``TypeError`` names a bad index."""
     if not validated:
         segments = validate_segments(segments)
+    try:  # the common case: no surrogates, one packed entry per segment
+        chunks = [text.encode("utf-8") for text, _ in segments]
+    except UnicodeEncodeError:
+        return _pack_with_surrogates(segments, tiktoken_safe, flags)
+    n = len(segments)
+    return _packed(chunks, np.fromiter(map(itemgetter(1), segments), dtype=np.bool_, count=n),
+                   np.full(n, tiktoken_safe, dtype=np.bool_), np.arange(n, dtype=np.int64), n)
+
+
+def _pack_with_surrogates(segments: list[tuple[str, bool]], tiktoken_safe: bool, flags: np.ndarray) -> PackedSegments:
+    """Segments with lone surrogates cut into tiktoken-safe sub-strings, each fixed up on its own."""
     chunks: list[bytes] = []
     allow: list[bool] = []
     cut: list[bool] = []
@@ -106,18 +118,16 @@ def pack_segments(
                 allow.append(allow_special)
                 cut.append(False)
                 origin.append(index)
+    return _packed(chunks, np.array(allow, dtype=np.bool_), np.array(cut, dtype=np.bool_),
+                   np.array(origin, dtype=np.int64), len(segments))
+
+
+def _packed(chunks: list[bytes], allow: np.ndarray, cut: np.ndarray, origin: np.ndarray,
+            n_segments: int) -> PackedSegments:
     lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
     seg_end = np.cumsum(lengths)
     buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
-    return PackedSegments(
-        buf,
-        seg_end - lengths,
-        seg_end,
-        np.array(allow, dtype=np.bool_),
-        np.array(cut, dtype=np.bool_),
-        np.array(origin, dtype=np.int64),
-        len(segments),
-    )
+    return PackedSegments(buf, seg_end - lengths, seg_end, allow, cut, origin, n_segments)
 
 
 @kernel
