@@ -36,6 +36,7 @@ from .hashing import (
     build_span_table,
     find_span,
     hash_span,
+    index,
     int_slot,
     mix64,
     spans_equal,
@@ -177,7 +178,7 @@ def short_key(buf, start, end):
     """The bytes of a piece of at most ``SHORT_TOKEN_BYTES`` packed with its length."""
     key = np.uint64(end - start) << np.uint64(SHORT_LENGTH_SHIFT)
     for k in range(end - start):
-        key |= np.uint64(buf[start + k]) << np.uint64(8 * k)
+        key |= np.uint64(buf[index(start + k)]) << np.uint64(8 * k)
     return key
 
 
@@ -205,9 +206,9 @@ def find_short_piece(table, key):
     mask = (table.shape[0] >> 1) - 1
     slot = np.int64(mix64(key) & np.uint64(mask))
     while True:
-        stored = table[2 * slot]
+        stored = table[index(2 * slot)]
         if stored == key:
-            return table[2 * slot + 1], slot
+            return table[index(2 * slot + 1)], slot
         if stored == NO_SHORT_KEY:
             return np.uint64(0), slot
         slot = (slot + 1) & mask
@@ -294,9 +295,9 @@ def pair_rank(tables, left, right):
     mask = (table.shape[0] >> 1) - 1
     slot = int_slot(key, mask)
     while True:
-        stored = table[2 * slot]
+        stored = table[index(2 * slot)]
         if stored == key:
-            return np.int32(table[2 * slot + 1])
+            return np.int32(table[index(2 * slot + 1)])
         if stored == EMPTY:
             return NO_MERGE
         slot = (slot + 1) & mask
@@ -311,28 +312,29 @@ def merge_small_piece(tables, buf, start, end, parts, ranks):
     """
     count = end - start
     for i in range(count):
-        parts[i] = tables.byte_rank[buf[start + i]]
+        parts[index(i)] = tables.byte_rank[index(buf[index(start + i)])]
     for i in range(count - 1):
-        ranks[i] = tables.byte_pair_rank[np.int64(buf[start + i]) * 256 + buf[start + i + 1]]
+        pair = np.int64(buf[index(start + i)]) * 256 + buf[index(start + i + 1)]
+        ranks[index(i)] = tables.byte_pair_rank[index(pair)]
     while count > 1:
         best = NO_MERGE
         at = -1
         for i in range(count - 1):
-            if ranks[i] < best:
-                best = ranks[i]
+            if ranks[index(i)] < best:
+                best = ranks[index(i)]
                 at = i
         if at < 0:
             break
-        parts[at] = best
+        parts[index(at)] = best
         for i in range(at + 1, count - 1):
-            parts[i] = parts[i + 1]
+            parts[index(i)] = parts[index(i + 1)]
         for i in range(at + 1, count - 2):
-            ranks[i] = ranks[i + 1]
+            ranks[index(i)] = ranks[index(i + 1)]
         count -= 1
         if at > 0:
-            ranks[at - 1] = pair_rank(tables, parts[at - 1], parts[at])
+            ranks[index(at - 1)] = pair_rank(tables, parts[index(at - 1)], parts[index(at)])
         if at < count - 1:
-            ranks[at] = pair_rank(tables, parts[at], parts[at + 1])
+            ranks[index(at)] = pair_rank(tables, parts[index(at)], parts[index(at + 1)])
     return count
 
 
@@ -669,10 +671,11 @@ def _cache_find(cache, buf, start, end, h):
     length = end - start
     slot = np.int64(h & np.uint64(mask))
     while True:
-        entry = cache.slots[slot]
+        entry = cache.slots[index(slot)]
         if entry == EMPTY:
             return EMPTY, slot
-        if cache.key_len[entry] == length and spans_equal(cache.key_bytes, cache.key_at[entry], buf, start, length):
+        if cache.key_len[index(entry)] == length and spans_equal(cache.key_bytes, cache.key_at[index(entry)], buf,
+                                                                 start, length):
             return entry, slot
         slot = (slot + 1) & mask
 
@@ -688,22 +691,22 @@ def _cache_store(cache, slot, buf, start, end, ids, ids_start, ids_end):
     if (used[ENTRIES] == cache.key_at.shape[0] or used[KEY_BYTES_USED] + length > cache.key_bytes.shape[0]
             or used[IDS_USED] + n_ids > cache.ids.shape[0]):
         for k in range(cache.slots.shape[0]):  # full: start over
-            cache.slots[k] = EMPTY
+            cache.slots[index(k)] = EMPTY
         used[ENTRIES] = 0
         used[KEY_BYTES_USED] = 0
         used[IDS_USED] = 0
         mask = cache.slots.shape[0] - 1
         slot = np.int64(hash_span(buf, start, end) & np.uint64(mask))
     entry = used[ENTRIES]
-    cache.slots[slot] = entry
-    cache.key_at[entry] = used[KEY_BYTES_USED]
-    cache.key_len[entry] = length
+    cache.slots[index(slot)] = entry
+    cache.key_at[index(entry)] = used[KEY_BYTES_USED]
+    cache.key_len[index(entry)] = length
     for k in range(length):
-        cache.key_bytes[used[KEY_BYTES_USED] + k] = buf[start + k]
-    cache.ids_at[entry] = used[IDS_USED]
-    cache.ids_len[entry] = n_ids
+        cache.key_bytes[index(used[KEY_BYTES_USED] + k)] = buf[index(start + k)]
+    cache.ids_at[index(entry)] = used[IDS_USED]
+    cache.ids_len[index(entry)] = n_ids
     for k in range(n_ids):
-        cache.ids[used[IDS_USED] + k] = ids[ids_start + k]
+        cache.ids[index(used[IDS_USED] + k)] = ids[index(ids_start + k)]
     used[ENTRIES] += 1
     used[KEY_BYTES_USED] += length
     used[IDS_USED] += n_ids
@@ -756,10 +759,10 @@ def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, sh
     """
     entry, slot = _cache_find(cache, buf, start, end, hash_span(buf, start, end))
     if entry != EMPTY:
-        first = cache.ids_at[entry]
-        n_ids = cache.ids_len[entry]
+        first = cache.ids_at[index(entry)]
+        n_ids = cache.ids_len[index(entry)]
         for i in range(n_ids):
-            out[n_out + i] = cache.ids[first + i]
+            out[index(n_out + i)] = cache.ids[index(first + i)]
         return n_out + n_ids
     n_new = merge_piece(tables, buf, start, end, out, n_out, scratch)
     if short_slot >= 0 and _add_short_piece(tables, cache, short_key(buf, start, end), short_slot, out, n_out, n_new):
@@ -775,33 +778,33 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
     byte_pair_rank = tables.byte_pair_rank
     short_slots = cache.short_slots
     for r in range(run_start.shape[0]):
-        if run_special[r] >= 0:
-            out[n_out] = run_special[r]
+        if run_special[index(r)] >= 0:
+            out[index(n_out)] = run_special[index(r)]
             n_out += 1
-            run_out_end[r] = n_out
+            run_out_end[index(r)] = n_out
             continue
-        start = run_start[r]
-        for p in range(first_piece[r], first_piece[r + 1]):
-            end = piece_end[p]
+        start = run_start[index(r)]
+        for p in range(first_piece[index(r)], first_piece[index(r + 1)]):
+            end = piece_end[index(p)]
             length = end - start
             if length == 1:
-                out[n_out] = byte_rank[buf[start]]
+                out[index(n_out)] = byte_rank[index(buf[index(start)])]
                 n_out += 1
             elif length == 2:  # a fifth of all pieces: the 256 KB byte-pair table answers
-                rank = byte_pair_rank[np.int64(buf[start]) * 256 + buf[start + 1]]
+                rank = byte_pair_rank[index(np.int64(buf[index(start)]) * 256 + buf[index(start + 1)])]
                 if rank != NO_MERGE:
-                    out[n_out] = rank
+                    out[index(n_out)] = rank
                     n_out += 1
                 else:  # not a token, so no merge applies: its two bytes
-                    out[n_out] = byte_rank[buf[start]]
-                    out[n_out + 1] = byte_rank[buf[start + 1]]
+                    out[index(n_out)] = byte_rank[index(buf[index(start)])]
+                    out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
                     n_out += 2
             elif length <= SHORT_TOKEN_BYTES:
                 # one probe answers tokens and short pieces merged before
                 packed, slot = find_short_piece(short_slots, short_key(buf, start, end))
                 if packed != 0:
                     for k in range(packed_count(packed)):
-                        out[n_out] = packed_id(packed, k)
+                        out[index(n_out)] = packed_id(packed, k)
                         n_out += 1
                 else:
                     n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, slot)
@@ -809,12 +812,12 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
                 rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
                                  hash_span(buf, start, end))
                 if rank != EMPTY:
-                    out[n_out] = rank
+                    out[index(n_out)] = rank
                     n_out += 1
                 else:
                     n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, -1)
             start = end
-        run_out_end[r] = n_out
+        run_out_end[index(r)] = n_out
     return n_out
 
 

