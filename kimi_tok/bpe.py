@@ -30,13 +30,12 @@ from typing import NamedTuple
 import numpy as np
 
 from .hugepages import empty_in_huge_pages
-from .jit import kernel, leaf
+from .jit import index, kernel, leaf
 from .hashing import (
     EMPTY,
     build_span_table,
     find_span,
     hash_span,
-    index,
     int_slot,
     mix64,
     spans_equal,

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import kernel, leaf
+from .jit import index, kernel, leaf
 
 EMPTY = -1
-# Hot kernels write a subscript known to be >= 0 as ``a[index(i)]``: numba wraps a negative signed
-# index around (``a[-1]``), a compare and select on every access that also keeps loops from
-# vectorizing, and an unsigned one skips that. Measured: BPE of fresh text 15-20% faster.
-index = np.uintp
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 MIX_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio

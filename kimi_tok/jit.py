@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 
 import numba as nb
+import numpy as np
 
 _warned = False
 
@@ -95,6 +96,11 @@ def _njit(**options):
 
     return decorate
 
+
+# Hot kernels write a subscript known to be >= 0 as ``a[index(i)]``: numba wraps a negative signed
+# index around (``a[-1]`` is the last item), a compare and select on every access that also keeps
+# loops from vectorizing; an unsigned index skips that. Measured: BPE of a fresh prompt 15-20% faster.
+index = np.uintp
 
 kernel = _njit(nogil=True)
 leaf = _njit(nogil=True, _nrt=False)

@@ -32,7 +32,7 @@ import numpy as np
 import pcre2
 
 from .hugepages import in_huge_pages
-from .jit import kernel, leaf, leaf_inline
+from .jit import index, kernel, leaf, leaf_inline
 from .unicode_classes import (
     HAN,
     HAN_CLASS,
@@ -79,7 +79,7 @@ MAX_DIGITS = 3
 
 @leaf
 def _flags(buf, i, table):
-    return table[code_point_at(buf, i)]
+    return table[index(code_point_at(buf, i))]
 
 
 # numba note: predicates below compare flags with ``!= 0`` explicitly; ``and``/``not``
@@ -88,12 +88,12 @@ def _flags(buf, i, table):
 
 @leaf
 def _has(buf, i, table, flag):
-    return (table[code_point_at(buf, i)] & flag) != 0
+    return (table[index(code_point_at(buf, i))] & flag) != 0
 
 
 @leaf
 def _advance(buf, i):
-    return i + sequence_length(buf[i])
+    return i + sequence_length(buf[index(i)])
 
 
 @leaf_inline
@@ -112,7 +112,7 @@ def _is_newline(byte):
 @leaf_inline
 def _is_prefix(buf, i, table):
     """``[^\\r\\n\\p{L}\\p{N}]``"""
-    if _is_newline(buf[i]):
+    if _is_newline(buf[index(i)]):
         return False
     return not _has(buf, i, table, LETTER | NUMBER)
 
@@ -131,15 +131,15 @@ def _lower_ascii(byte):
 @leaf_inline
 def _contraction_end(buf, i, end):
     """``(?i:'s|'t|'re|'ve|'m|'ll|'d)?`` at ``i``: its end, or ``i`` when absent."""
-    if i + 1 >= end or buf[i] != APOSTROPHE:
+    if i + 1 >= end or buf[index(i)] != APOSTROPHE:
         return i
-    first = _lower_ascii(buf[i + 1])
+    first = _lower_ascii(buf[index(i + 1)])
     if first == LOWER_S or first == LOWER_T or first == LOWER_M or first == LOWER_D:
         return i + 2
     if i + 2 < end:
-        if buf[i + 1] == LONG_S_LEAD and buf[i + 2] == LONG_S_TRAIL:
+        if buf[index(i + 1)] == LONG_S_LEAD and buf[index(i + 2)] == LONG_S_TRAIL:
             return i + 3
-        second = _lower_ascii(buf[i + 2])
+        second = _lower_ascii(buf[index(i + 2)])
         if (first == LOWER_R or first == LOWER_V) and second == LOWER_E:
             return i + 3
         if first == LOWER_L and second == LOWER_L:
@@ -198,13 +198,13 @@ def _match_number(buf, start, end, table):
 def _match_symbols(buf, start, end, table):
     """Alternative 5: `` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*``."""
     i = start
-    if buf[i] == SPACE and i + 1 < end and _is_symbol(buf, i + 1, table):
+    if buf[index(i)] == SPACE and i + 1 < end and _is_symbol(buf, i + 1, table):
         i += 1
     elif not _is_symbol(buf, i, table):
         return NO_MATCH
     while i < end and _is_symbol(buf, i, table):
         i = _advance(buf, i)
-    while i < end and _is_newline(buf[i]):
+    while i < end and _is_newline(buf[index(i)]):
         i += 1
     return i
 
@@ -223,7 +223,7 @@ def _match_whitespace(buf, start, end, table):
     last_char_start = start
     while i < end and _has(buf, i, table, WHITESPACE):
         last_char_start = i
-        if _is_newline(buf[i]):
+        if _is_newline(buf[index(i)]):
             last_newline_end = i + 1
         i = _advance(buf, i)
     if last_newline_end != NO_MATCH:
@@ -247,12 +247,12 @@ def _ascii_word_end(buf, i, end):
     letter or mark could continue the word, so the caller takes the general path.
     """
     upper_end = i
-    while upper_end < end and buf[upper_end] >= UPPER_A and buf[upper_end] <= UPPER_Z:
+    while upper_end < end and buf[index(upper_end)] >= UPPER_A and buf[index(upper_end)] <= UPPER_Z:
         upper_end += 1
     lower_end = upper_end
-    while lower_end < end and buf[lower_end] >= LOWER_A and buf[lower_end] <= LOWER_Z:
+    while lower_end < end and buf[index(lower_end)] >= LOWER_A and buf[index(lower_end)] <= LOWER_Z:
         lower_end += 1
-    if lower_end < end and buf[lower_end] >= ASCII_END:
+    if lower_end < end and buf[index(lower_end)] >= ASCII_END:
         return NO_MATCH
     return _contraction_end(buf, lower_end, end)
 
@@ -262,20 +262,20 @@ def _ascii_piece_end(buf, start, end):
     """The common ASCII pieces, matched byte by byte: a word with an optional prefix (2-3) and a
     digit group (4). ``NO_MATCH`` for anything else, or where a non-ASCII byte could change the
     match: the caller then runs the alternatives in order (and finds the same piece for these)."""
-    first = buf[start]
+    first = buf[index(start)]
     if first >= ASCII_END:
         return NO_MATCH
     if _is_ascii_letter(first):
         return _ascii_word_end(buf, start, end)
     if _is_ascii_digit(first):
         i = start + 1
-        while i < end and i - start < MAX_DIGITS and _is_ascii_digit(buf[i]):
+        while i < end and i - start < MAX_DIGITS and _is_ascii_digit(buf[index(i)]):
             i += 1
-        if i < end and i - start < MAX_DIGITS and buf[i] >= ASCII_END:
+        if i < end and i - start < MAX_DIGITS and buf[index(i)] >= ASCII_END:
             return NO_MATCH  # a non-ASCII digit could extend the group
         return i
     # any other ASCII character but a newline is a prefix ``[^\r\n\p{L}\p{N}]`` for a word
-    if start + 1 < end and not _is_newline(first) and _is_ascii_letter(buf[start + 1]):
+    if start + 1 < end and not _is_newline(first) and _is_ascii_letter(buf[index(start + 1)]):
         return _ascii_word_end(buf, start + 1, end)
     return NO_MATCH
 
@@ -328,16 +328,16 @@ def count_text_bytes(run_start, run_end, run_special):
 def _scan_all(buf, run_start, run_end, run_special, table, first_piece, piece_end):
     n_pieces = 0
     for r in range(run_start.shape[0]):
-        first_piece[r] = n_pieces
-        if run_special[r] >= 0:
+        first_piece[index(r)] = n_pieces
+        if run_special[index(r)] >= 0:
             continue
-        i = run_start[r]
-        end = run_end[r]
+        i = run_start[index(r)]
+        end = run_end[index(r)]
         while i < end:
             i = next_piece_end(buf, i, end, table)
-            piece_end[n_pieces] = i
+            piece_end[index(n_pieces)] = i
             n_pieces += 1
-    first_piece[run_start.shape[0]] = n_pieces
+    first_piece[index(run_start.shape[0])] = n_pieces
     return n_pieces
 
 
