@@ -342,11 +342,11 @@ def _heap_push(heap, size, value):
     i = size
     while i > 0:  # move the hole up while the parent is larger
         parent = (i - 1) >> 1
-        if heap[parent] <= value:
+        if heap[index(parent)] <= value:
             break
-        heap[i] = heap[parent]
+        heap[index(i)] = heap[index(parent)]
         i = parent
-    heap[i] = value
+    heap[index(i)] = value
     return size + 1
 
 
@@ -357,22 +357,22 @@ def _heap_pop(heap, size):
     plain sift-down, since the last entry usually belongs near the bottom)."""
     top = heap[0]
     size -= 1
-    last = heap[size]
+    last = heap[index(size)]
     i = 0
     child = 1
     while child < size:
-        if child + 1 < size and heap[child + 1] < heap[child]:
+        if child + 1 < size and heap[index(child + 1)] < heap[index(child)]:
             child += 1
-        heap[i] = heap[child]
+        heap[index(i)] = heap[index(child)]
         i = child
         child = 2 * i + 1
     while i > 0:
         parent = (i - 1) >> 1
-        if heap[parent] <= last:
+        if heap[index(parent)] <= last:
             break
-        heap[i] = heap[parent]
+        heap[index(i)] = heap[index(parent)]
         i = parent
-    heap[i] = last
+    heap[index(i)] = last
     return top, size
 
 
@@ -414,43 +414,44 @@ def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
     heap = scratch.heap
     size = 0
     for i in range(count):
-        parts[i] = tables.byte_rank[buf[start + i]]
-        next_part[i] = i + 1
-        prev_part[i] = i - 1
-        ranks[i] = NO_MERGE
+        parts[index(i)] = tables.byte_rank[index(buf[index(start + i)])]
+        next_part[index(i)] = i + 1
+        prev_part[index(i)] = i - 1
+        ranks[index(i)] = NO_MERGE
     for i in range(count - 1):
-        ranks[i] = tables.byte_pair_rank[np.int64(buf[start + i]) * 256 + buf[start + i + 1]]
-        if ranks[i] != NO_MERGE:
-            size = _heap_push(heap, size, (np.int64(ranks[i]) << RANK_SHIFT) | i)
+        pair = np.int64(buf[index(start + i)]) * 256 + buf[index(start + i + 1)]
+        ranks[index(i)] = tables.byte_pair_rank[index(pair)]
+        if ranks[index(i)] != NO_MERGE:
+            size = _heap_push(heap, size, (np.int64(ranks[index(i)]) << RANK_SHIFT) | i)
     while size > 0:
         entry, size = _heap_pop(heap, size)
         rank = np.int32(entry >> RANK_SHIFT)
         at = entry & LOW_32_BITS
-        if parts[at] < 0:
+        if parts[index(at)] < 0:
             continue  # stale: the part was merged into its left neighbour
-        if ranks[at] != rank:
+        if ranks[index(at)] != rank:
             continue  # stale: the part's right neighbour changed
-        right = next_part[at]
-        parts[at] = rank
-        parts[right] = -1
-        after = next_part[right]
-        next_part[at] = after
-        ranks[at] = NO_MERGE
+        right = next_part[index(at)]
+        parts[index(at)] = rank
+        parts[index(right)] = -1
+        after = next_part[index(right)]
+        next_part[index(at)] = after
+        ranks[index(at)] = NO_MERGE
         if after < count:
-            prev_part[after] = at
-            ranks[at] = pair_rank(tables, rank, parts[after])
-            if ranks[at] != NO_MERGE:
-                size = _heap_push(heap, size, (np.int64(ranks[at]) << RANK_SHIFT) | at)
-        before = prev_part[at]
+            prev_part[index(after)] = at
+            ranks[index(at)] = pair_rank(tables, rank, parts[index(after)])
+            if ranks[index(at)] != NO_MERGE:
+                size = _heap_push(heap, size, (np.int64(ranks[index(at)]) << RANK_SHIFT) | at)
+        before = prev_part[index(at)]
         if before >= 0:
-            ranks[before] = pair_rank(tables, parts[before], rank)
-            if ranks[before] != NO_MERGE:
-                size = _heap_push(heap, size, (np.int64(ranks[before]) << RANK_SHIFT) | before)
+            ranks[index(before)] = pair_rank(tables, parts[index(before)], rank)
+            if ranks[index(before)] != NO_MERGE:
+                size = _heap_push(heap, size, (np.int64(ranks[index(before)]) << RANK_SHIFT) | before)
     i = 0
     while i < count:
-        out[n_out] = parts[i]
+        out[index(n_out)] = parts[index(i)]
         n_out += 1
-        i = next_part[i]
+        i = next_part[index(i)]
     return n_out
 
 
@@ -558,7 +559,7 @@ def merge_piece(tables, buf, start, end, out, n_out, scratch):
     if end - start <= SMALL_PIECE_BYTES:
         count = merge_small_piece(tables, buf, start, end, scratch.parts, scratch.ranks)
         for i in range(count):
-            out[n_out + i] = scratch.parts[i]
+            out[index(n_out + i)] = scratch.parts[index(i)]
         return n_out + count
     if end - start >= REPETITIVE_MIN_PIECE_BYTES:
         n_new = merge_repetitive_piece(tables, buf, start, end, out, n_out, scratch)
@@ -716,7 +717,7 @@ def find_token(tables, buf, start, end):
     """Rank of the token whose bytes are ``buf[start:end]`` (non-empty), or ``EMPTY``."""
     length = end - start
     if length == 1:
-        return np.int64(tables.byte_rank[buf[start]])
+        return np.int64(tables.byte_rank[index(buf[index(start)])])
     if length <= SHORT_TOKEN_BYTES:
         return find_short_token(tables.short_slots, buf, start, end)
     return find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
