@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import hashing
 from .hugepages import empty_in_huge_pages
 from .jit import index, kernel, leaf
 from .hashing import (
@@ -105,9 +107,10 @@ def cache_root() -> Path:
 
 
 def tables_digest(token_bytes: np.ndarray, token_offsets: np.ndarray) -> str:
-    """Names the tables of a vocabulary as built by this module's source, so a changed table
-    layout never reads tables built by other code."""
-    source = Path(__file__).read_bytes()
+    """Names the tables of a vocabulary as built by the source that decides their layout (this
+    module and ``hashing.py``, whose hashes place the keys), so a changed layout never reads
+    tables built by other code."""
+    source = b"".join(Path(module.__file__).read_bytes() for module in (sys.modules[__name__], hashing))
     return hashlib.sha256(token_bytes.tobytes() + token_offsets.tobytes() + source).hexdigest()[:32]
 
 

@@ -9,6 +9,7 @@ import inspect
 import json
 from pathlib import Path
 
+import numpy as np
 import pcre2
 import pytest
 import tiktoken
@@ -465,6 +466,19 @@ def test_bpe_table_cache_is_written_and_reused(tmp_path, monkeypatch):
     assert sorted(cache.iterdir()) == files and files[0].stat().st_mtime_ns == stamp
     assert_parity(first, small_ref, edge_segments())
     assert_parity(second, small_ref, edge_segments())
+
+
+def test_bpe_table_cache_is_named_by_the_hashing_source_too(tmp_path, monkeypatch):
+    """The hashes in hashing.py place the keys: tables built with other hashes are never read."""
+    from kimi_tok import bpe, hashing
+
+    token_bytes = np.frombuffer(b"abc", dtype=np.uint8)
+    offsets = np.array([0, 1, 2, 3], dtype=np.int64)
+    before = bpe.tables_digest(token_bytes, offsets)
+    edited = tmp_path / "hashing.py"
+    edited.write_bytes(Path(hashing.__file__).read_bytes() + b"\n# FNV_PRIME changed\n")
+    monkeypatch.setattr(hashing, "__file__", str(edited))
+    assert bpe.tables_digest(token_bytes, offsets) != before
 
 
 def test_bpe_table_cache_unwritable_dir(tmp_path, monkeypatch):
