@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import kernel, leaf
+from .jit import index, kernel, leaf
 from .unicode_classes import PY_SPACE
 from .utf8 import ASCII_END, code_point_at, sequence_length
 
@@ -142,6 +142,26 @@ def _walk_runs(buf, i, stop, c, flags, start, run_length, run_is_space, sub_star
     return start, run_length, run_is_space, n
 
 
+# Lead bytes of the non-ASCII characters Python's ``str.isspace`` accepts (U+0085, U+00A0, U+1680,
+# U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000); checked against the flags in the tests.
+SPACE_LEAD_BYTES = (0xC2, 0xE1, 0xE2, 0xE3)
+
+
+@leaf
+def _has_no_space(buf, start, stop, flags):
+    """Whether no whitespace character starts in ``buf[start:stop]``: one pass over the bytes that
+    decodes only characters whose lead byte can start a non-ASCII space (``SPACE_LEAD_BYTES``)."""
+    for i in range(start, stop):
+        byte = buf[index(i)]
+        if byte < ASCII_END:
+            if (flags[index(byte)] & PY_SPACE) != 0:
+                return False
+        elif (byte == SPACE_LEAD_BYTES[0] or byte == SPACE_LEAD_BYTES[1] or byte == SPACE_LEAD_BYTES[2]
+              or byte == SPACE_LEAD_BYTES[3]) and _is_space(buf, i, flags):
+            return False
+    return True
+
+
 @leaf
 def _skip_window(buf, i, stop, flags, run_length, run_is_space):
     """Try to cross ``buf[i:stop]`` (fewer than ``MAX_RUN_CHARS`` bytes) without walking it.
@@ -149,9 +169,16 @@ def _skip_window(buf, i, stop, flags, run_length, run_is_space):
     If the window changes kind at least once and the run carried into it ends
     before reaching ``MAX_RUN_CHARS``, no cut can fall inside it: every later
     run in it is shorter than the window. Then only the run that reaches
-    ``stop`` matters, found by walking back from ``stop``. Returns
+    ``stop`` matters, found by walking back from ``stop``. A window that never
+    changes kind (text without spaces: CJK, base64) only lengthens the carried
+    run (text without spaces is checked a byte at a time, not decoded). Returns
     ``(crossed, run_length, run_is_space)``.
     """
+    if not run_is_space and _has_no_space(buf, i, stop, flags):
+        carried = run_length + _count_chars(buf, i, stop)
+        if carried > MAX_RUN_CHARS:
+            return False, run_length, run_is_space
+        return True, carried, run_is_space
     j = i
     carried = run_length
     while j < stop and _is_space(buf, j, flags) == run_is_space:
@@ -159,8 +186,8 @@ def _skip_window(buf, i, stop, flags, run_length, run_is_space):
         if carried > MAX_RUN_CHARS:
             return False, run_length, run_is_space
         j += sequence_length(buf[j])
-    if j == stop:
-        return False, run_length, run_is_space
+    if j == stop:  # walked already: crossing it saves walking it again
+        return True, carried, run_is_space
     last_kind = _is_space(buf, _previous_char(buf, stop), flags)
     q = stop
     trailing = 0

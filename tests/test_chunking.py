@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from kimi_tok._educational import safe_substrings as spec_substrings
-from kimi_tok.chunking import SKIP_WINDOW_BYTES, safe_substrings
-from kimi_tok.unicode_classes import code_point_flags
+from kimi_tok.chunking import SKIP_WINDOW_BYTES, SPACE_LEAD_BYTES, safe_substrings
+from kimi_tok.unicode_classes import PY_SPACE, code_point_flags
 
 ALPHABET = ["a", "b", " ", "\n", "\x1c", "\xa0", "中", "é", "\U0001F600", "\u3000", "1"]
 RUN_LENGTHS = [1, 2, 3, 100, SKIP_WINDOW_BYTES - 1, SKIP_WINDOW_BYTES, SKIP_WINDOW_BYTES + 1,
@@ -62,3 +62,28 @@ def test_400k_chunks_with_multibyte_characters_equal_the_spec():
 ])
 def test_cuts_at_the_byte_count_shortcuts_equal_the_spec(text):
     assert compiled_substrings(text) == spec_substrings(text)
+
+
+def test_space_lead_bytes_are_those_of_every_non_ascii_space():
+    flags = code_point_flags()
+    spaces = [cp for cp in range(0x80, 0x110000) if flags[cp] & PY_SPACE]
+    assert spaces == [cp for cp in range(0x80, 0x110000) if chr(cp).isspace()]
+    assert sorted({chr(cp).encode("utf-8")[0] for cp in spaces}) == sorted(SPACE_LEAD_BYTES)
+
+
+SPACE_NEIGHBOURS = ["a", "中", "ひ", "\u2027", "\u2028", "\u0085", "\xa0", "\u1680", "\u3000", "\u3001", "\xa1", " ",
+                    "\U0001F600"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_windows_without_spaces_are_crossed_as_the_spec_cuts(seed):
+    """Long stretches without whitespace (skipped a byte at a time) broken by characters whose
+    UTF-8 shares a lead byte with a non-ASCII space, or is one."""
+    rng = random.Random(seed)
+    for _ in range(20):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            parts.append(rng.choice(["中", "ひ", "a", "\u2027"]) * rng.choice(RUN_LENGTHS))
+            parts.append("".join(rng.choice(SPACE_NEIGHBOURS) for _ in range(rng.randint(1, 5))))
+        text = "".join(parts)
+        assert compiled_substrings(text) == spec_substrings(text)
