@@ -10,7 +10,9 @@ misses on branchy code; the Kimi scanner ran 5x slower (156 ms vs 30 ms per
 Where numba finds no writable cache location (a read-only install with no
 writable ``NUMBA_CACHE_DIR`` or ``~/.cache``), ``cache=True`` raises at import;
 the kernels are then compiled without the disk cache (every process compiles
-again, ~20 s) and one warning says so.
+again, ~20 s) and one warning says so. The cache is dropped whole when any module
+of the package changed (``drop_stale_kernel_caches``), and subscripts known to be
+non-negative are written ``a[index(i)]`` (``index``).
 """
 
 from __future__ import annotations
