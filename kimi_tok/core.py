@@ -30,8 +30,9 @@ from .encoder import ID_DTYPE, SubstringEncoder
 from .hugepages import in_huge_pages
 from .load import Vocabulary
 from .parallel import (
-    MIN_BYTES_PER_JOB, MIN_BYTES_PER_PROCESS_JOB, UNIT_BYTES, check_backend, check_hash_routing,
-    check_n_jobs, encode_groups_on_threads, encode_on_threads, split_spans,
+    MIN_BYTES_PER_JOB, MIN_BYTES_PER_PROCESS_JOB, MIN_BYTES_PER_SHARED_JOB, UNIT_BYTES, check_backend,
+    check_hash_routing, check_n_jobs, encode_groups_on_threads, encode_on_threads, encode_parts_on_threads,
+    split_spans,
 )
 from .pretokenize import KIMI_PATTERN, split_at_safe_points
 from .reuse import EncodeAhead, Encoded, OutputMemory, assemble, merge_encodings
@@ -328,13 +329,23 @@ class Tokenizer:
         ``ids[segment_bounds[i]:segment_bounds[i + 1]]`` are the ids of the caller's segment ``i``
         (``segment_bounds`` is None unless ``with_bounds``). After the tiktoken-safe cuts the
         sub-strings are independent (and long ones split where the pattern always cuts), so
-        long inputs hand contiguous groups of them to threads and concatenate the ids.
+        long inputs are cut into parts that this thread and pool threads take one at a time
+        (``encode_parts_on_threads``; with hash routing, another backend or a generic pattern:
+        contiguous groups, one per task, and the ids concatenated).
         """
         clock = _StageClock(timings)
         buf = packed.buf
-        min_bytes = MIN_BYTES_PER_JOB if self.backend == "threads" else MIN_BYTES_PER_PROCESS_JOB
+        shares_parts = timings is None and self._encoder.fuses and self.backend == "threads" and not self.hash_routing
+        if self.backend != "threads":
+            min_bytes = MIN_BYTES_PER_PROCESS_JOB
+        else:
+            min_bytes = MIN_BYTES_PER_SHARED_JOB if shares_parts else MIN_BYTES_PER_JOB
         if timings is None and self._encoder.fuses and (n_jobs == 1 or buf.shape[0] < 2 * min_bytes):
             return self._encode_fused(packed, with_bounds)
+        if shares_parts:
+            ids, bounds = encode_parts_on_threads(self._encoder, packed, self._flags, n_jobs,
+                                                  self._splits_after_newline)
+            return ids, (bounds if with_bounds else None)
         chunk_start, chunk_end, chunk_segment = cut_chunks(buf, packed.seg_start, packed.seg_end, packed.needs_cuts)
         clock.lap("chunking")
         sub_start, sub_end, sub_chunk = cut_substrings(

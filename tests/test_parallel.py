@@ -1,5 +1,5 @@
-"""The parallel paths (issue: many cores): threads (groups encoded whole, or pieces hash-routed)
-and worker processes.
+"""The parallel paths (issue: many cores): threads (parts shared by the caller and pool threads,
+or pieces hash-routed) and worker processes.
 
 Every id is compared with the tiktoken reference or with the sequential path, which the rest
 of the suite compares with the reference. Thresholds are lowered in some tests so that inputs
@@ -9,6 +9,7 @@ of a few hundred KB fan out into many small groups (the hardest case for order a
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -56,7 +57,7 @@ def hostile_long_prompt(seed: int) -> list[tuple[str, bool]]:
 def fan_outs(monkeypatch):
     """Counts the calls that went to each backend's fan-out."""
     calls = {mode: 0 for mode in MODES}
-    for backend, name in (("threads", "encode_groups_on_threads"), ("routed", "encode_on_threads"),
+    for backend, name in (("threads", "encode_parts_on_threads"), ("routed", "encode_on_threads"),
                           ("processes", "encode_on_processes")):
         def counted(*args, _real=getattr(core, name), _backend=backend):
             calls[_backend] += 1
@@ -79,25 +80,32 @@ def test_fan_out_threshold_follows_the_cores(tokenizers, ref, fan_outs, monkeypa
     assert parallel.min_bytes_per_job_for(1) == parallel.min_bytes_per_job_for(2) == 1 << 18
     assert parallel.min_bytes_per_job_for(4) == parallel.min_bytes_per_job_for(16) == 1 << 16
     # as on 16 cores: the headline's 400k-character prompt fans out, its long tool output cut in
-    # units no longer than a job's share
+    # units of about a part (FAN_OUT_PART_BYTES), so that several threads share it
     monkeypatch.setattr(core, "MIN_BYTES_PER_JOB", parallel.min_bytes_per_job_for(16))
-    units = []
-    split = core.split_at_safe_points
+    assert core.MIN_BYTES_PER_SHARED_JOB == 1 << 16  # the default threads fan-out, on any number of cores
+    cuts = []
+    cut = parallel.cut_into_parts
 
-    def spy(buf, sub_start, sub_end, sub_allow, unit):
-        units.append(unit)
-        return split(buf, sub_start, sub_end, sub_allow, unit)
+    def spy(buf, seg_start, seg_end, *args):
+        sub_start, sub_end, sub_allow, part_first = cut(buf, seg_start, seg_end, *args)
+        last = (sub_start >= seg_start[-1]) & (sub_end <= seg_end[-1])
+        cuts.append((args[3], int(last.sum()), part_first.shape[0] - 1))
+        return sub_start, sub_end, sub_allow, part_first
 
-    monkeypatch.setattr(core, "split_at_safe_points", spy)
+    monkeypatch.setattr(parallel, "cut_into_parts", spy)
     segments = sample_prompt(400_000, seed=5) + [(sample_text(300_000, seed=6), False)]
     assert_parity(tokenizers[("threads", 4)], ref, segments)
-    assert fan_outs["threads"] == 1 and units == [1 << 16]
+    assert fan_outs["threads"] == 1
+    (min_part_bytes, tool_units, n_parts), = cuts
+    assert min_part_bytes == parallel.FAN_OUT_PART_BYTES and tool_units >= 4 and n_parts >= 4
 
 
 @pytest.fixture()
 def small_groups(monkeypatch):
-    """Fan out from 4 KB, split long sub-strings into 2 KB units: dozens of groups per call."""
+    """Fan out from 4 KB, split long sub-strings into 2 KB units: dozens of groups (or parts) per call."""
     monkeypatch.setattr(core, "MIN_BYTES_PER_JOB", 4096)
+    monkeypatch.setattr(core, "MIN_BYTES_PER_SHARED_JOB", 4096)
+    monkeypatch.setattr(parallel, "FAN_OUT_PART_BYTES", 2048)
     monkeypatch.setattr(core, "MIN_BYTES_PER_PROCESS_JOB", 4096)
     monkeypatch.setattr(core, "UNIT_BYTES", 2048)
 
@@ -111,8 +119,23 @@ def test_many_small_groups_match_the_reference(tokenizers, ref, small_groups, fa
     assert fan_outs[backend] == 1
 
 
+def test_a_generic_pattern_fans_out_in_groups(small_groups, monkeypatch):
+    """The PCRE2 path cannot share parts (no compiled scanner): its long calls still fan out, in
+    contiguous groups, with the ids of the sequential path."""
+    groups = []
+    real = core.encode_groups_on_threads
+    monkeypatch.setattr(core, "encode_groups_on_threads", lambda *args: groups.append(args[-2]) or real(*args))
+    vocabulary, specials = kimi_tok.embedded_kimi_k3()
+    generic = kimi_tok.Tokenizer(vocabulary, specials, "(?:" + kimi_tok.KIMI_PATTERN + ")", n_jobs=2,
+                                 segment_cache_bytes=0)
+    assert not generic._encoder.fuses
+    segments = sample_prompt(60_000, seed=11)
+    assert np.array_equal(generic.encode_to_numpy(segments), make_tokenizer(1, "threads").encode_to_numpy(segments))
+    assert len(groups) == 1 and len(groups[0]) > 2
+
+
 def test_hash_routing_is_an_option_off_by_default(small_groups, fan_outs):
-    """Threads encode groups whole unless hash_routing=True (measured faster on 2 cores)."""
+    """Threads share parts of the text unless hash_routing=True (measured faster on 2 cores)."""
     vocabulary, specials = kimi_tok.embedded_kimi_k3()
     segments = sample_prompt(60_000, seed=1)
     default = kimi_tok.Tokenizer(vocabulary, specials, n_jobs=2, segment_cache_bytes=0)
@@ -292,3 +315,23 @@ def test_generic_pattern_and_odd_vocabulary_in_every_mode(ref, small_groups, fan
     segments = sample_prompt(120_000, seed=21) + [(" \n" * 2000 + "<|open|>" + "ab" * 9000, True)]
     assert_parity(tok, OddReference(), segments)
     assert fan_outs[mode] == 1
+
+
+def test_a_call_does_not_wait_for_pool_threads_busy_with_other_work():
+    """With every pool thread busy elsewhere, the caller encodes all parts itself, and its queued
+    helpers are cancelled rather than waited for."""
+    tok = make_tokenizer(2, "threads")
+    segments = sample_prompt(700_000, seed=12)
+    expected = make_tokenizer(1, "threads").encode_to_numpy(segments)
+    pool = parallel.thread_pool(2)
+    release = threading.Event()
+    blockers = [pool.submit(release.wait, 30) for _ in range(pool._max_workers)]
+    try:
+        with ThreadPoolExecutor(max_workers=1) as caller:
+            ids = caller.submit(tok.encode_to_numpy, segments).result(timeout=20)  # not waiting for the blockers
+        assert np.array_equal(ids, expected)
+        assert not any(blocker.done() for blocker in blockers)
+    finally:
+        release.set()
+    for blocker in blockers:
+        blocker.result()

@@ -8,6 +8,7 @@ import pytest
 
 import kimi_tok
 import kimi_tok.core as core
+from kimi_tok import parallel
 from kimi_tok.pretokenize import split_at_safe_points
 from kimi_tok.samples import render_chat, sample_prompt, sample_text
 
@@ -25,7 +26,9 @@ NEWLINE_HEAVY = [
 @pytest.fixture()
 def tiny_units(monkeypatch):
     monkeypatch.setattr(core, "UNIT_BYTES", 16)
+    monkeypatch.setattr(parallel, "FAN_OUT_PART_BYTES", 16)
     monkeypatch.setattr(core, "MIN_BYTES_PER_JOB", 1)
+    monkeypatch.setattr(core, "MIN_BYTES_PER_SHARED_JOB", 1)
     vocabulary, specials = kimi_tok.embedded_kimi_k3()
     return kimi_tok.Tokenizer(vocabulary, specials, n_jobs=4, segment_cache_bytes=0)
 
