@@ -359,7 +359,7 @@ def _is_ascii_letter(byte):
 def _safe_point_at_or_after(buf, i, end):
     """First ``p`` in ``[i, end)`` just after a newline and before an ASCII letter, or ``end``."""
     for p in range(max(i, 1), end):
-        if buf[p - 1] == LF and _is_ascii_letter(buf[p]):
+        if buf[index(p - 1)] == LF and _is_ascii_letter(buf[index(p)]):
             return p
     return end
 
