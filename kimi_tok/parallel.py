@@ -44,6 +44,7 @@ N_JOBS_ENV = "KIMI_TOK_N_JOBS"
 BACKEND_ENV = "KIMI_TOK_BACKEND"
 BACKENDS = ("threads", "processes")
 DEFAULT_BACKEND = "threads"  # measured: see README "Many cores"
+# Thresholds of the group fan-outs (hash routing, patterns other than Kimi's; the default shares parts, below).
 # Measured on 2 cores, fresh prompts, empty piece caches, n_jobs 2 vs 1 (with units split after newlines):
 # 0.3M chars 1.01x, 0.6M 1.18x, 1.0M 1.51x, 1.6M 1.35x, 2.4M 1.55x, 4M 1.60x; with 128 KB per job 0.3M and
 # 0.6M got slower (0.89x, 0.96x), so on two cores a call fans out from 256 KB per job.
@@ -73,7 +74,8 @@ def usable_cores() -> int:
 
 
 def min_bytes_per_job_for(cores: int) -> int:
-    """From how many bytes per job a call fans out over threads on ``cores`` cores (measured on 2 and 16)."""
+    """From how many bytes per job a call fans out in groups over threads on ``cores`` cores (measured on 2 and
+    16, when groups were the default; the shared parts use ``MIN_BYTES_PER_SHARED_JOB``)."""
     return MIN_BYTES_PER_JOB_TWO_CORES if cores <= 2 else MIN_BYTES_PER_JOB_MORE_CORES
 
 
