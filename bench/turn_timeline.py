@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import kimi_tok
 import kimi_tok.core as core
+import kimi_tok.parking as parking
 import kimi_tok.reuse as reuse
 from bench.agent_loop import chars_per_token, conversation, make_cached_tokenizers, rerender
 from kimi_tok.segment_cache import SegmentCache
@@ -40,7 +41,9 @@ STAGES = [
     (SegmentCache, "verify", "verify", True),
     (SegmentCache, "resolve", "resolve", False),
     (reuse.OutputMemory, "take", "take", False),
-    (reuse, "copy_parts", "copy", False),
+    (reuse.HelperThreads, "post", "post", False),  # wakes a parked helper, which copies the cached ids ahead
+    (parking.Posted, "result", "wait", False),  # until the parked helper is done
+    (reuse, "copy_parts", "copy", False),  # the cached ids copied by the plan (no parked helper, or a wrong guess)
     (SegmentCache, "store", "store", False),
     (SegmentCache, "draft_runs", "draft", False),
 ]

@@ -28,6 +28,7 @@ from . import bpe, routing
 from .atomics import fetch_add
 from .chunking import cut_chunks, cut_substrings
 from .jit import kernel, leaf
+from .parking import signal_go
 from .pretokenize import KimiScanner, pretokenizer_for, scan_runs, split_at_safe_points
 from .segments import bounds_by_segment
 from .specials import build_special_table, split_specials
@@ -89,7 +90,7 @@ def _ids_per_substring(sub_start, sub_end, run_start, run_out_end, sub_n_ids):
 
 @kernel
 def encode_claimed_parts(tables, specials, scan_table, buf, sub_start, sub_end, sub_allow, part_first, counters,
-                         out, part_n_ids, sub_n_ids, cache):
+                         out, part_n_ids, sub_n_ids, cache, helper_words, syscall_number):
     """Encode parts of sub-strings taken one at a time from counters shared with other threads.
 
     Part ``p`` is sub-strings ``part_first[p]:part_first[p + 1]``; whoever takes it (``fetch_add``
@@ -98,7 +99,11 @@ def encode_claimed_parts(tables, specials, scan_table, buf, sub_start, sub_end, 
     ``part_n_ids[p]`` and each of its sub-strings' to ``sub_n_ids``, then counts it in
     ``counters[PARTS_DONE]``. Returns how many parts this thread encoded; once it returns every
     part is taken, not necessarily finished by the other threads.
+
+    ``helper_words``: a parked helper's (``parking.signal_go``), told here that this thread is in
+    compiled code and the GIL free; ``parking.NO_HELPER`` when none waits.
     """
+    signal_go(helper_words, syscall_number)
     n_parts = part_first.shape[0] - 1
     base = sub_start[0] if sub_start.shape[0] else 0
     encoded = 0

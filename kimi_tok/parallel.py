@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .encoder import ID_DTYPE, NEXT_PART, PARTS_DONE, Misses, cut_into_parts, encode_claimed_parts, gather_parts
+from .parking import NO_HELPER, SYS_FUTEX
 from .segments import PackedSegments
 
 N_JOBS_ENV = "KIMI_TOK_N_JOBS"
@@ -270,15 +271,16 @@ class SharedParts:
         """Parts no thread has taken yet (a snapshot: others may be taking them)."""
         return max(0, self.n_parts - int(self.counters[NEXT_PART]))
 
-    def work(self, cache) -> int:
+    def work(self, cache, helper_words: np.ndarray = NO_HELPER) -> int:
         """Encode parts with this thread's piece ``cache`` until none is left to take (in one
         compiled call, without the GIL); returns how many this thread encoded. Parts taken by
         another thread may still be in progress when it returns: ``ids_and_bounds`` only after
-        every worker has returned."""
+        every worker has returned. ``helper_words``: a parked helper waiting for this thread to be
+        in compiled code (``parking.ParkedHelper``)."""
         encoder = self.encoder
         return encode_claimed_parts(encoder.tables, encoder.specials, encoder.pretokenizer.table, self.packed.buf,
                                     self.sub_start, self.sub_end, self.sub_allow, self.part_first, self.counters,
-                                    self.out, self.part_n_ids, self.sub_n_ids, cache)
+                                    self.out, self.part_n_ids, self.sub_n_ids, cache, helper_words, SYS_FUTEX)
 
     def ids_and_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, segment_bounds)`` as ``Tokenizer._encode_fused`` gives them, once every thread's

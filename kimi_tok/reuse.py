@@ -30,18 +30,21 @@ import sys
 import threading
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
 
 from .encoder import ID_DTYPE
 from .parallel import MIN_BYTES_PER_JOB, SharedParts, usable_cores
-from .segment_cache import CachePlan, SegmentCache
-from .segments import PackedSegments, pack_segments, validate_segments
+from .parking import MAX_COPIES, PARKING, CopyJob, ParkedHelper, Posted
+from .segment_cache import CachePlan, RecentCall, SegmentCache
+from .segments import pack_segments, validate_segments
 
 # Encoding ahead is worth a helper thread (hand-offs cost ~0.1 ms here) when there is much to plan and to encode:
 MIN_AHEAD_PLAN_CHARS = 1 << 18  # characters of the recent call the new one extends
-MIN_AHEAD_BYTES = 1 << 12  # bytes of new text
+MIN_AHEAD_CHARS = 1 << 12  # characters of new text (up to 2 * MIN_BYTES_PER_JOB; more: the call fans out)
+MAX_UTF8_BYTES_PER_CHAR = 4  # so a new text of n characters has at most 4n bytes, and 4n ids
 # From MIN_SHARED_BYTES of new text on, it is cut into parts taken by the caller and, once it has planned, the
 # helper (SharedParts): parts of a quarter of the text left, at least SHARED_PART_BYTES (the last ones small, so
 # that the two threads end close together). Measured on 2 cores: README, "Agent loops".
@@ -78,6 +81,10 @@ class HelperThreads:
     its own thread, as without encoding ahead. So concurrent callers never wait behind each
     other's plans (or behind a long call's fan-out, which has its own pool).
 
+    On Linux the helpers wait in compiled code (``parking.ParkedHelper``, ``post``): a call wakes
+    one before packing and it copies the ids the call likely starts with while the caller packs.
+    Elsewhere (``parked=False``) they wait in an executor (``submit``, after packing).
+
     With one helper (two or three cores), it is woken on another core than its caller's
     (``_off_the_callers_core``). Measured on 2 cores (agent loop, 4 alternating runs): without
     that, 24% of turns took 2.8-4 ms instead of ~1.9 (the scheduler had queued the helper
@@ -85,18 +92,58 @@ class HelperThreads:
     with it, 2%.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, parked: bool = PARKING) -> None:
         self.size = size
+        self.parked = parked
         self._start()
 
     def _start(self) -> None:
         self._pid = os.getpid()  # a forked child has none of its parent's threads: it starts its own
         self._idle = threading.BoundedSemaphore(self.size)
-        self._pool = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kimi_tok-plan")
+        self._pool = None if self.parked else ThreadPoolExecutor(max_workers=self.size,
+                                                                 thread_name_prefix="kimi_tok-plan")
+        self._parked: list[ParkedHelper] = []  # idle parked helpers (made when first needed)
+        self._n_parked = 0
+        self._lock = threading.Lock()
         self._helper_thread_id: int | None = None  # the native id of the one helper, once it has run
 
+    def post(self, fn, copy: CopyJob | None) -> Posted | None:
+        """An idle parked helper woken now: it does ``copy`` without the GIL, waits until the caller
+        signals from compiled code (``SharedParts.work`` with its words) or ``release``s it, then runs
+        ``fn``; ``result()`` waits for that and frees the helper. None when helpers are not parked
+        here or all are busy."""
+        if not self.parked:
+            return None
+        if self._pid != os.getpid():
+            self._start()
+        try:
+            helper = self._parked.pop()  # atomic under the GIL
+        except IndexError:
+            with self._lock:
+                if self._n_parked >= self.size:
+                    return None
+                self._n_parked += 1
+            helper = ParkedHelper(f"kimi_tok-plan_{self._n_parked - 1}")
+        if self.size == 1 and SCHED_GETCPU is not None and helper.native_id is not None:
+            cpu = SCHED_GETCPU()
+            if helper.kept_off != cpu:  # the affinity calls cost ~40 us when cold: only when the caller moved
+                self._off_the_callers_core(helper.native_id)
+                helper.kept_off = cpu
+        return helper.post(fn, copy, self._parked.append)
+
+    def run_later(self, fn) -> None:
+        """``fn`` run on another thread, not waited for (with parked helpers, a thread of its own:
+        nothing would free the helper)."""
+        if self.parked:
+            threading.Thread(target=fn, name="kimi_tok-spare", daemon=True).start()
+        else:
+            self.submit(fn)
+
     def submit(self, fn) -> Future | None:
-        """``fn`` running on an idle helper, or None when all are busy."""
+        """``fn`` running on an idle helper of the executor, or None when all are busy (or the
+        helpers are parked: see ``post``)."""
+        if self.parked:
+            return None
         if self._pid != os.getpid():
             self._start()
         if not self._idle.acquire(blocking=False):
@@ -126,8 +173,10 @@ class HelperThreads:
             self._helper_thread_id = None
 
 
-# half the cores: the callers encode on the other half (one helper per call in flight)
-HELPERS = HelperThreads(max(1, usable_cores() // 2))
+# half the cores: the callers encode on the other half (one helper per call in flight); parked where futexes
+# exist, unless KIMI_TOK_PARKED_HELPERS=0 (to compare, or if a platform misbehaves)
+HELPERS = HelperThreads(max(1, usable_cores() // 2),
+                        parked=PARKING and os.environ.get("KIMI_TOK_PARKED_HELPERS", "1") != "0")
 
 
 def _refs_of_an_unshared_local() -> int:
@@ -237,42 +286,54 @@ class EncodeAhead:
 
     ``run`` encodes them on this thread in GIL-free compiled code while a helper thread
     (``HELPERS``) validates, plans and verifies the whole call and copies its cached ids into
-    the output (all of which needs the GIL). This way round no thread waits for another to
-    start: the helper takes the GIL as soon as this one enters compiled code. The new text is
-    cut into parts (``SharedParts``) that this thread takes one by one; once the helper has
-    planned, it takes those this thread has not reached.
+    the output (all of which but the copy needs the GIL). This way round no thread waits for
+    another to start: the helper takes the GIL as soon as this one enters compiled code. The
+    new text is cut into parts (``SharedParts``) that this thread takes one by one; once the
+    helper has planned, it takes those this thread has not reached. A parked helper (Linux) is
+    woken before this thread packs, and copies the recent call's ids (its ``RecentCall.layout``)
+    into the output meanwhile; the plan then only checks that it starts with the same ids.
     """
 
-    def __init__(self, first: int, packed: PackedSegments) -> None:
+    def __init__(self, first: int, tail: list, recent: RecentCall | None = None) -> None:
         self.first = first  # call index of the first segment encoded ahead
-        self.packed = packed
+        self.tail = tail  # the call's segments from ``first`` on, validated
+        self.recent = recent  # the recent call this one extends (segments ``:first``)
+        self.chars = sum(map(len, map(itemgetter(0), tail)))
 
     @classmethod
     def start(cls, tok, cache: SegmentCache, segments, tiktoken_safe: bool) -> "EncodeAhead | None":
-        """The likely new segments of ``segments``, packed, or None when there is no good guess or
-        they are not worth a thread: see ``SegmentCache.recent_call_ending``."""
+        """The likely new segments of ``segments``, or None when there is no good guess or they
+        are not worth a thread: see ``SegmentCache.recent_call_ending``."""
         if tok.n_jobs < 2 or not tok._encoder.fuses or not isinstance(segments, list):
             return None
-        ending = cache.recent_call_ending(segments, tiktoken_safe)
-        if ending is None or ending[1] < MIN_AHEAD_PLAN_CHARS:
+        recent = cache.recent_call_ending(segments, tiktoken_safe)
+        if recent is None or recent.chars < MIN_AHEAD_PLAN_CHARS:
             return None
-        first = ending[0]
         try:
-            tail = validate_segments(segments[first:])
+            tail = validate_segments(segments[recent.n_segments:])
         except TypeError:
             return None  # the whole call's validation names the bad segment
-        packed = pack_segments(tail, tiktoken_safe, tok._flags, validated=True)
-        if not MIN_AHEAD_BYTES <= packed.buf.shape[0] < 2 * MIN_BYTES_PER_JOB:
+        ahead = cls(recent.n_segments, tail, recent)
+        return ahead if MIN_AHEAD_CHARS <= ahead.chars < 2 * MIN_BYTES_PER_JOB else None
+
+    def _copy_job(self, tok, runs: list | None) -> CopyJob | None:
+        """The ids of the recent call (``RecentCall.copies``; ``runs``: its runs, held while they are
+        copied) for a helper to copy ahead into a new output."""
+        if runs is None or len(runs) > MAX_COPIES:
             return None
-        return cls(first, packed)
+        copies = self.recent.copies
+        n_ids = int(copies[1::2].sum())
+        out = tok._output_memory.take(n_ids + MAX_UTF8_BYTES_PER_CHAR * self.chars)  # an id covers >= 1 byte
+        return CopyJob(runs, copies, out, n_ids, n_ids + int(self.chars * NEW_IDS_PER_BYTE))
 
     def run(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool) -> Encoded:
         """The whole call: the plan on a helper thread (or here first, if none is idle), the
         segments from ``first`` on here (and on the helper once it has planned)."""
-        n_ahead = self.packed.n_segments
-        shared = (SharedParts(tok._encoder, self.packed, tok._flags, SHARED_PART_BYTES, tok._splits_after_newline,
-                              SHARED_PART_SHRINK)
-                  if self.packed.buf.shape[0] >= MIN_SHARED_BYTES else None)
+        n_ahead = len(self.tail)
+        layout = self.recent.layout if want_ids and self.recent is not None and HELPERS.parked else None
+        runs = self.recent.runs() if layout is not None else None
+        copy = self._copy_job(tok, runs)
+        shared = packed = posted = None  # set below, before the plan runs
         piece_caches = tok._encoder.piece_caches
         lacked_a_cache = []
 
@@ -284,11 +345,16 @@ class EncodeAhead:
             if want_ids and plan.missing and plan.missing[0] == self.first and len(plan.missing) == n_ahead:
                 cached = plan.parts[:-1]  # the guess was right: all cached parts come first
                 n_cached = sum(part.shape[0] for part in cached)
-                out = tok._output_memory.take(n_cached + self.packed.buf.shape[0])  # an id covers >= 1 byte
-                copy_parts(cached, out)
-                # where the caller will write the new ids: most of it never written yet (an output grows every
-                # turn), so its pages fault in here rather than at the end of the caller's path (~2 us a page)
-                fault_in(out[n_cached:n_cached + int(self.packed.buf.shape[0] * NEW_IDS_PER_BYTE)])
+                if posted is not None and copy is not None and _same_sources(plan.sources, layout, runs):
+                    out = copy.destination  # copied ahead, the new ids' pages faulted in
+                else:
+                    capacity = n_cached + packed.buf.shape[0]  # an id covers >= 1 byte
+                    fits = copy is not None and copy.destination.shape[0] >= capacity
+                    out = copy.destination if fits else tok._output_memory.take(capacity)
+                    copy_parts(cached, out)
+                    # where the caller will write the new ids: most of it never written yet (an output grows every
+                    # turn), so its pages fault in here rather than at the end of the caller's path (~2 us a page)
+                    fault_in(out[n_cached:n_cached + int(packed.buf.shape[0] * NEW_IDS_PER_BYTE)])
             # the text side of the store, so that the caller only adds the ids at the end
             drafts = cache.draft_runs(valid, tiktoken_safe, plan, speculation.fingerprints)
             if shared is not None and join_parts:
@@ -301,33 +367,41 @@ class EncodeAhead:
                         shared.work(piece_cache)
             return valid, plan, out, n_cached, drafts
 
-        def encode_ahead():
-            """``(ids, bounds)`` of the new segments, or None when they are shared: then this thread
-            encodes parts until none is left to take, and the helper may still be on its last one."""
-            if shared is None:
-                return tok._encode_fused(self.packed)
-            shared.work(piece_cache)
-            return None
-
-        # this thread's piece cache is taken before the helper starts: the warm one stays the caller's
-        with piece_caches.borrow() if shared is not None else nullcontext() as piece_cache:
-            planned = HELPERS.submit(plan_call)
-            if planned is None:  # every helper is busy: plan here, then encode (no thread to wait for)
-                valid, plan, out, n_cached, drafts = plan_call(join_parts=False)
-                encoded = encode_ahead()
-            else:
+        posted = HELPERS.post(plan_call, copy)  # woken now: it copies while this thread packs
+        try:
+            packed = pack_segments(self.tail, tiktoken_safe, tok._flags, validated=True)
+            if posted is not None or packed.buf.shape[0] >= MIN_SHARED_BYTES:
+                shared = SharedParts(tok._encoder, packed, tok._flags, SHARED_PART_BYTES, tok._splits_after_newline,
+                                     SHARED_PART_SHRINK)
+            # this thread's piece cache is taken before the helper starts: the warm one stays the caller's
+            with piece_caches.borrow() if shared is not None else nullcontext() as piece_cache:
+                if posted is not None:
+                    # the helper plans once this thread is in compiled code (the GIL free), then takes parts too
+                    shared.work(piece_cache, posted.helper.words)
+                    encoded = None
+                    valid, plan, out, n_cached, drafts = posted.result()
+                else:
+                    encoded = self._encode_and_plan(tok, packed, shared, piece_cache, plan_call)
+                    valid, plan, out, n_cached, drafts = encoded[1]
+                    encoded = encoded[0]
+        except BaseException:
+            if posted is not None:  # the helper may still be copying into memory this call holds: wait
+                posted.release()
                 try:
-                    encoded = encode_ahead()
-                finally:
-                    valid, plan, out, n_cached, drafts = planned.result()  # raises what validation raised
+                    posted.result()
+                except BaseException:
+                    pass  # the caller's own error is the one to raise
+            raise
         ids, bounds = encoded if encoded is not None else shared.ids_and_bounds()  # every part is done now
         if lacked_a_cache:
-            HELPERS.submit(piece_caches.add_spare)  # for the next turn's helper; not waited for
+            HELPERS.run_later(piece_caches.add_spare)  # for the next turn's helper; not waited for
         ids, bounds = self._ids_of(plan.missing, ids, bounds, lambda indices: tok._encode_packed(
             pack_segments([valid[i] for i in indices], tiktoken_safe, tok._flags, validated=True), tok.n_jobs))
         if plan.missing:
             cache.store(valid, tiktoken_safe, plan, ids, bounds, drafts)
         if out is None:
+            if copy is not None:
+                tok._output_memory.keep(copy.destination)  # taken for a copy the plan did not use
             return assemble(plan, ids, bounds, len(valid), want_ids)
         n_ids = n_cached + ids.shape[0]
         out[n_cached:n_ids] = ids
@@ -338,15 +412,46 @@ class EncodeAhead:
             tok._output_memory.keep(out)
         return Encoded(out, n_ids)
 
+    @staticmethod
+    def _encode_and_plan(tok, packed, shared: SharedParts | None, piece_cache, plan_call):
+        """Without a parked helper: ``(encoded, planned)``, the new segments encoded here while an
+        executor's helper plans (``plan_call``) or, if none is idle, planned here first. ``encoded``
+        is ``(ids, bounds)``, or None when they are shared (every part is done on return)."""
+
+        def encode_ahead():
+            if shared is None:
+                return tok._encode_fused(packed)
+            shared.work(piece_cache)
+            return None
+
+        planned = HELPERS.submit(plan_call)
+        if planned is None:  # every helper is busy: plan here, then encode (no thread to wait for)
+            result = plan_call(join_parts=False)
+            return encode_ahead(), result
+        try:
+            encoded = encode_ahead()
+        finally:
+            result = planned.result()  # raises what validation raised
+        return encoded, result
+
     def _ids_of(self, missing: list[int], ids: np.ndarray, bounds: np.ndarray, encode_others):
         """``(ids, bounds)`` of the call's ``missing`` segments, in order: those encoded ahead from
         ``ids``/``bounds``, the others through ``encode_others(indices) -> (ids, bounds)``."""
-        ahead = range(self.first, self.first + self.packed.n_segments)
+        ahead = range(self.first, self.first + len(self.tail))
         if len(missing) == len(ahead) and missing[0] == self.first:
             return ids, bounds
         others = [i for i in missing if i < self.first]
         sources = [(ahead, ids, bounds)] + ([(others, *encode_others(others))] if others else [])
         return merge_encodings(missing, sources)
+
+
+def _same_sources(sources: list, layout: tuple, runs: list) -> bool:
+    """Whether a plan's cached parts are the ids of a ``RecentCall.layout`` whose runs are ``runs``
+    (the same runs and positions, in order)."""
+    _, firsts, ends = layout
+    return len(sources) == len(runs) and all(
+        run is other and first == other_first and end == other_end
+        for (run, first, end), other, other_first, other_end in zip(sources, runs, firsts, ends))
 
 
 def merge_encodings(missing: list[int], sources: list) -> tuple[np.ndarray, np.ndarray]:

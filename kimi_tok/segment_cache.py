@@ -115,8 +115,8 @@ class Run:
     Tokenizer does on its helper thread while the ids are still being encoded, then the ids
     (``hold``), before the run is added to a cache."""
 
-    __slots__ = ("segments", "tiktoken_safe", "ids", "bounds", "keys", "key_bytes", "char_ends", "fingerprints",
-                 "nbytes", "continuations", "__weakref__")
+    __slots__ = ("segments", "tiktoken_safe", "ids", "ids_address", "bounds", "keys", "key_bytes", "char_ends",
+                 "fingerprints", "nbytes", "continuations", "__weakref__")
 
     def __init__(self, segments: list[Segment], tiktoken_safe: bool, texts: list[str], lengths: np.ndarray,
                  known_fingerprints: dict[int, tuple] | None = None) -> None:
@@ -125,6 +125,7 @@ class Run:
         self.segments = segments
         self.tiktoken_safe = tiktoken_safe  # the same for all segments of a run (part of their keys)
         self.ids: np.ndarray | None = None  # read-only; segment k is ids[bounds[k]:bounds[k + 1]]
+        self.ids_address = 0  # where ids' memory starts (a helper thread copies from it without the GIL)
         self.bounds: list[int] = []
         # what speculate compares: 2 * length + flag, as segment_keys gives them for a call
         self.keys = 2 * lengths + np.fromiter(map(itemgetter(1), segments), dtype=np.bool_, count=len(segments))
@@ -150,6 +151,7 @@ class Run:
     def hold(self, ids: np.ndarray, bounds: list[int]) -> None:
         """Give the run its ids (read-only, its own): segment k is ``ids[bounds[k]:bounds[k + 1]]``."""
         self.ids = ids
+        self.ids_address = ids.__array_interface__["data"][0]
         self.bounds = bounds
         self.nbytes += ids.nbytes
 
@@ -164,6 +166,34 @@ class CachePlan(NamedTuple):
     parts: list
     missing: list[int]
     after: list  # per stretch of missing segments: (run, position) where the call left a run right before it, or None
+    sources: list  # per array of ``parts``, in order: (run, first, end), the run positions it holds the ids of
+    call: "RecentCall | None" = None  # the call as remembered for later ones (its layout is set once stored)
+
+
+class RecentCall:
+    """What a later call needs to know of a recent one it may extend: its segment count, the keys
+    of its last segments, its characters, and where its ids came from once it is planned and
+    stored (``layout``: the runs, held weakly, and the first and end positions of each stretch, in
+    call order; None if a stretch was not kept; ``copies``: (address, count) of each stretch's ids,
+    an int64 array). A Tokenizer copies those ids into the next turn's output before the next plan
+    confirms them (``reuse.EncodeAhead``)."""
+
+    __slots__ = ("n_segments", "ending", "chars", "tiktoken_safe", "layout", "copies")
+
+    def __init__(self, n_segments: int, ending: tuple, chars: int, tiktoken_safe: bool) -> None:
+        self.n_segments = n_segments
+        self.ending = ending
+        self.chars = chars
+        self.tiktoken_safe = tiktoken_safe
+        self.layout: tuple[tuple[weakref.ref, ...], tuple[int, ...], tuple[int, ...]] | None = None
+        self.copies: np.ndarray | None = None
+
+    def runs(self) -> list[Run] | None:
+        """The layout's runs (strong references), or None if it is unknown or a run is gone."""
+        if self.layout is None:
+            return None
+        runs = list(map(weakref.ReferenceType.__call__, self.layout[0]))  # one C loop over the weak references
+        return None if None in runs else runs
 
 
 class Span(NamedTuple):
@@ -186,6 +216,7 @@ class Speculation(NamedTuple):
     segments: list[Segment]
     tiktoken_safe: bool
     fingerprints: dict[int, tuple]  # call index -> fingerprint, of the missing segments looked up in the index
+    call: RecentCall | None = None  # this call, as remembered for later ones
 
 
 class SegmentCache:
@@ -208,9 +239,9 @@ class SegmentCache:
         self._lock = threading.Lock()
         self.hits = 0  # segments served from the cache
         self.misses = 0  # segments that had to be encoded
-        # (n_segments, keys of the last ENDING_KEYS segments, chars, tiktoken_safe) of the latest calls, newest last:
-        # where a call that extends one of them is likely to start being new (``recent_call_ending``)
-        self._recent_calls: list[tuple[int, int, int, bool]] = []
+        # the latest calls, newest last: where a call that extends one of them is likely to start being new
+        # (``recent_call_ending``), and where its ids came from
+        self._recent_calls: list[RecentCall] = []
 
     @property
     def used_bytes(self) -> int:
@@ -312,27 +343,30 @@ class SegmentCache:
         chars = (sum(span.run.char_ends[span.end] - span.run.char_ends[span.first] for span in spans)
                  + sum(len(segments[j][0]) for j in missing))
         ending = tuple(2 * len(text) + allow for text, allow in segments[max(0, n - ENDING_KEYS):])
+        call = RecentCall(n, ending, chars, tiktoken_safe)
         with self._lock:
-            self._remember_call(n, ending, chars, tiktoken_safe)
-        return Speculation(spans, missing, segments, tiktoken_safe, fingerprints)
+            self._remember_call(call)
+        return Speculation(spans, missing, segments, tiktoken_safe, fingerprints, call)
 
-    def _remember_call(self, n_segments: int, ending: tuple, chars: int, tiktoken_safe: bool) -> None:
+    def _remember_call(self, call: RecentCall) -> None:
         calls = self._recent_calls
-        calls[:] = [call for call in calls if call[:2] != (n_segments, ending)]
-        calls.append((n_segments, ending, chars, tiktoken_safe))
+        calls[:] = [c for c in calls if (c.n_segments, c.ending) != (call.n_segments, call.ending)]
+        calls.append(call)
         del calls[:-RECENT_CALLS]
 
-    def recent_call_ending(self, segments, tiktoken_safe: bool) -> tuple[int, int] | None:
-        """``(n, chars)`` of a recent call that ``segments`` (not yet validated) may extend: the
-        longest with at most len(segments) segments whose last ``ENDING_KEYS`` segments have the
-        keys of ``segments[n - ENDING_KEYS:n]``; it had n segments and ``chars`` characters. None
-        if there is none, or if it is as long as ``segments`` (a call sent again: nothing new to
-        encode ahead). A guess, checked later like any offer."""
+    def recent_call_ending(self, segments, tiktoken_safe: bool) -> RecentCall | None:
+        """A recent call that ``segments`` (not yet validated) may extend: the longest with at most
+        len(segments) segments whose last ``ENDING_KEYS`` segments have the keys of
+        ``segments[n - ENDING_KEYS:n]`` (n: its segment count). None if there is none, or if it is
+        as long as ``segments`` (a call sent again: nothing new to encode ahead). A guess, checked
+        later like any offer."""
         with self._lock:
-            calls = sorted(self._recent_calls, key=itemgetter(0), reverse=True)
-        for n, ending, chars, safe in calls:
-            if safe == tiktoken_safe and 0 < n <= len(segments) and _keys_of(segments, n - len(ending), n) == ending:
-                return (n, chars) if n < len(segments) else None
+            calls = sorted(self._recent_calls, key=lambda c: c.n_segments, reverse=True)
+        for call in calls:
+            n = call.n_segments
+            if (call.tiktoken_safe == tiktoken_safe and 0 < n <= len(segments)
+                    and _keys_of(segments, n - len(call.ending), n) == call.ending):
+                return call if n < len(segments) else None
         return None
 
     @staticmethod
@@ -361,6 +395,7 @@ class SegmentCache:
         """The plan once ``verify`` found ``failed``: the spans they were offered in are cut
         around them, and each is looked up on its own (index, compared in full) or missing."""
         parts: list = []
+        sources: list = []
         missing: list[int] = []
         after: list = []
         left = None  # (run, position) where the latest span part ended
@@ -381,6 +416,7 @@ class SegmentCache:
                 parts.append((stretch, len(missing)))
                 stretch = -1
             parts.append(run.ids[run.bounds[first]:run.bounds[end]])
+            sources.append((run, first, end))
             left = (run, end)
 
         for run, first, end, at, _ in speculation.spans:
@@ -410,7 +446,29 @@ class SegmentCache:
         with self._lock:
             self.hits += len(speculation.segments) - len(missing)
             self.misses += len(missing)
-        return CachePlan(parts, missing, after)
+        plan = CachePlan(parts, missing, after, sources, speculation.call)
+        if not missing:
+            self._set_layout(plan, [])
+        return plan
+
+    @staticmethod
+    def _set_layout(plan: CachePlan, stored: list[Run | None]) -> None:
+        """Remember where the planned call's ids came from: its sources and the runs ``stored`` for
+        its stretches of missing segments, in call order (see ``RecentCall``)."""
+        if plan.call is None:
+            return
+        layout = []
+        sources, new = iter(plan.sources), iter(stored)
+        for part in plan.parts:
+            run, first, end = next(sources) if isinstance(part, np.ndarray) else (next(new), 0, None)
+            if run is None or run.ids is None:
+                return  # a stretch not kept: the next call encodes it again, so no layout to copy
+            layout.append((run, first, len(run) if end is None else end))
+        plan.call.copies = np.array(
+            [(run.ids_address + run.ids.itemsize * run.bounds[first], run.bounds[end] - run.bounds[first])
+             for run, first, end in layout], dtype=np.int64).reshape(-1)
+        plan.call.layout = (tuple(weakref.ref(run) for run, _, _ in layout), tuple(first for _, first, _ in layout),
+                            tuple(end for _, _, end in layout))
 
     def _find(self, segment: Segment, tiktoken_safe: bool) -> tuple[Run, int] | None:
         """``(run, position)`` of a text the index holds, compared in full, or None."""
@@ -454,6 +512,7 @@ class SegmentCache:
         for (j0, j1), after, run in zip(stretches, plan.after, drafts):
             if run is not None:
                 self._add_run(run, ids, bounds[j0:j1 + 1], after)
+        self._set_layout(plan, drafts)
 
     def _add_run(self, run: Run, ids: np.ndarray, bounds: np.ndarray, after: tuple[Run, int] | None = None) -> None:
         """Add a drafted ``run`` with its ids ``ids[bounds[0]:bounds[-1]]`` (copied)."""

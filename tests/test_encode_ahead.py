@@ -22,10 +22,9 @@ import numpy as np
 import pytest
 
 import kimi_tok
-from kimi_tok import bpe, reuse
+from kimi_tok import bpe, parking, reuse
 from kimi_tok.reuse import EncodeAhead
 from kimi_tok.samples import sample_text
-from kimi_tok.segments import pack_segments
 from tests.parity import describe_mismatch, short_repr
 
 BUDGET = 64 << 20
@@ -48,7 +47,7 @@ def low_thresholds(request, monkeypatch):
     """Small prompts encode ahead: in one compiled call, or in parts of 64 bytes that the helper
     takes too once it has planned (``SharedParts``)."""
     monkeypatch.setattr(reuse, "MIN_AHEAD_PLAN_CHARS", 1_000)
-    monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
+    monkeypatch.setattr(reuse, "MIN_AHEAD_CHARS", 100)
     if request.param == "shared parts":
         monkeypatch.setattr(reuse, "SHARED_PART_BYTES", 64)
         monkeypatch.setattr(reuse, "MIN_SHARED_BYTES", 256)
@@ -103,19 +102,20 @@ def test_the_helper_takes_the_parts_left_once_planned(cached, plain, ref, monkey
     """The caller holds back until the helper has planned and joined, so the helper encodes
     parts too; ids and stored segments are exact."""
     monkeypatch.setattr(reuse, "MIN_AHEAD_PLAN_CHARS", 1_000)
-    monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
+    monkeypatch.setattr(reuse, "MIN_AHEAD_CHARS", 100)
     monkeypatch.setattr(reuse, "SHARED_PART_BYTES", 64)
     monkeypatch.setattr(reuse, "MIN_SHARED_BYTES", 256)
     joined = threading.Event()
     taken: dict[str, int] = {}
     work = reuse.SharedParts.work
 
-    def spy(self, piece_cache):
+    def spy(self, piece_cache, helper_words=parking.NO_HELPER):
         if threading.current_thread() is threading.main_thread():
+            parking.release(helper_words, parking.SYS_FUTEX)  # a parked helper plans only after this
             assert joined.wait(10), "the helper never joined"
         else:
             joined.set()
-        taken[threading.current_thread().name] = n = work(self, piece_cache)
+        taken[threading.current_thread().name] = n = work(self, piece_cache, helper_words)
         return n
 
     monkeypatch.setattr(reuse.SharedParts, "work", spy)
@@ -134,7 +134,7 @@ def test_a_helper_without_a_free_piece_cache_leaves_the_parts_and_a_spare_is_mad
     """Making a piece cache costs more than a helper's share of a turn: it does not join then,
     and a spare cache is made after the call, off its critical path."""
     monkeypatch.setattr(reuse, "MIN_AHEAD_PLAN_CHARS", 1_000)
-    monkeypatch.setattr(reuse, "MIN_AHEAD_BYTES", 100)
+    monkeypatch.setattr(reuse, "MIN_AHEAD_CHARS", 100)
     monkeypatch.setattr(reuse, "SHARED_PART_BYTES", 64)
     monkeypatch.setattr(reuse, "MIN_SHARED_BYTES", 256)
     pool = bpe.PieceCachePool(lambda: bpe.new_piece_cache(cached._bpe), keep=4)
@@ -145,8 +145,8 @@ def test_a_helper_without_a_free_piece_cache_leaves_the_parts_and_a_spare_is_mad
     joined: list[int] = []
     work = reuse.SharedParts.work
 
-    def spy(self, piece_cache):
-        n = work(self, piece_cache)
+    def spy(self, piece_cache, helper_words=parking.NO_HELPER):
+        n = work(self, piece_cache, helper_words)
         if threading.current_thread() is not threading.main_thread():
             joined.append(n)
         return n
@@ -204,8 +204,7 @@ def test_wrong_guess_encodes_what_the_plan_misses(cached, plain, ref):
     cached.encode_segments(tail)
     segments = rerender(head + tail)
     first = len(head) + 2
-    packed = pack_segments(segments[first:], True, cached._flags)
-    result = EncodeAhead(first, packed).run(cached, cached.segment_cache, segments, True, want_ids=True)
+    result = EncodeAhead(first, segments[first:]).run(cached, cached.segment_cache, segments, True, want_ids=True)
     assert result.ids.tolist() == plain.encode_segments(segments).ids == ref.encode_segments(segments)
     assert result.n_ids == len(result.ids)
 
@@ -303,6 +302,7 @@ def test_forked_child_starts_its_own_threads(cached, plain, low_thresholds):
 def test_busy_helpers_mean_planning_inline(cached, plain, ref, low_thresholds, ahead_calls, monkeypatch):
     """When every helper is busy (other callers), a call plans on its own thread: never queued."""
     monkeypatch.setattr(reuse.HELPERS, "submit", lambda fn: None)
+    monkeypatch.setattr(reuse.HELPERS, "post", lambda fn, copy: None)
     segments = chat_turn(0, 3_000)
     cached.encode_segments(segments)
     longer = rerender(segments) + chat_turn(1, 2_000)
@@ -313,7 +313,7 @@ def test_busy_helpers_mean_planning_inline(cached, plain, ref, low_thresholds, a
 
 
 def test_helper_threads_are_never_queued():
-    helpers = reuse.HelperThreads(1)
+    helpers = reuse.HelperThreads(1, parked=False)
     gate = threading.Event()
     first = helpers.submit(gate.wait)
     assert first is not None
@@ -430,7 +430,7 @@ def test_fault_in_writes_one_id_per_page_of_the_view_only():
 @pytest.mark.skipif(reuse.SCHED_GETCPU is None or len(os.sched_getaffinity(0)) < 2,
                     reason="needs sched_getcpu, sched_setaffinity and two cores")
 def test_a_single_helper_is_woken_off_the_callers_core():
-    helpers = reuse.HelperThreads(1)
+    helpers = reuse.HelperThreads(1, parked=False)
     assert helpers.submit(lambda: 0).result() == 0  # learns the helper's thread id
     thread_id = helpers._helper_thread_id
     before = os.sched_getaffinity(thread_id)
@@ -445,7 +445,7 @@ def test_a_single_helper_is_woken_off_the_callers_core():
 
 
 def test_helper_threads_stop_steering_a_thread_they_cannot_steer():
-    helpers = reuse.HelperThreads(1)
+    helpers = reuse.HelperThreads(1, parked=False)
     helpers._helper_thread_id = 2 ** 31 - 1  # no such thread
     if reuse.SCHED_GETCPU is not None:
         helpers._off_the_callers_core(helpers._helper_thread_id)

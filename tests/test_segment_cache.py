@@ -296,7 +296,7 @@ def test_speculate_compares_whole_runs_and_leaves_only_edits_to_verify(cached):
     speculation = cache.speculate(again, True)
     assert speculation.spans and all(span.verified for span in speculation.spans)
     assert speculation.missing == [len(flat)] and cache.verify(speculation) == []
-    assert cache._recent_calls[-1][2] == sum(len(text) for text, _ in again)
+    assert cache._recent_calls[-1].chars == sum(len(text) for text, _ in again)
     edited = rerender(flat)
     at = len(turns[0]) + 4
     edited[at] = (edited[at][0][:700] + "!" + edited[at][0][701:], False)  # same length

@@ -1,0 +1,233 @@
+"""Helper threads that wait in compiled code, so that a call can wake one before it packs its text.
+
+A helper thread that waits in Python (a lock, an executor's queue) needs the GIL the moment it
+wakes, and an agent loop's caller holds the GIL while it validates and packs the new segments:
+such a helper starts only once the caller has entered compiled code, and ~0.1 ms later (waking a
+sleeping thread costs that here, measured). A ``ParkedHelper`` waits inside a GIL-free kernel on
+a Linux futex instead. A call wakes it first thing (``post``); without the GIL it copies the ids
+the call most likely starts with (those of the recent call it extends: ``CopyJob``) into the
+output and faults in the pages the new ids will take, then waits, still in compiled code, until
+the caller has entered its own compiled call (``GO``, set there by ``signal_go``). Only then does
+it return to Python and run the call's plan: the GIL is free at that moment, and the helper never
+takes it from under the caller between two of the caller's compiled calls (the caller would then
+wait for the whole plan). When the caller is done with its own share it waits for the helper in
+compiled code too (``wait_done``), until the helper is parked again: neither thread ever sleeps
+on the GIL or a lock in the middle of a call (each such wake-up costs ~0.1-0.3 ms here).
+
+Waits spin a while first (``SPIN_READS``: the other thread is usually microseconds away), then
+sleep on the futex; a helper between calls sleeps at once. Only on Linux (x86-64, AArch64);
+elsewhere ``PARKING`` is False and ``reuse.HelperThreads`` uses an executor.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import threading
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from . import atomics
+from .jit import index, kernel, leaf
+
+SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower(), -1)
+PARKING = sys.platform.startswith("linux") and SYS_FUTEX > 0
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+WAKE_ALL = 1 << 30
+# int32 words shared by a helper and its caller: the job's state, GO, the last job done, and whether
+# a thread sleeps waiting for GO or DONE to change
+STATE, GO, GO_SLEEPER, DONE, DONE_SLEEPER = 0, 1, 2, 3, 4
+N_WORDS = 5
+IDLE, POSTED = 0, 1
+# the job, int64: where the ids go, which of them to fault in, then (address, count) per copied array
+DESTINATION, FAULT_FROM, FAULT_TO, N_COPIES, FIRST_COPY = 0, 1, 2, 3, 4
+MAX_COPIES = 4096  # arrays per job; a longer layout is not copied ahead (the plan copies it)
+ID_BYTES = 4
+IDS_PER_PAGE = 4096 // ID_BYTES
+SPIN_READS = 1 << 19  # ~0.5 ms of reads before a wait sleeps
+
+
+@leaf
+def _wait_until(words, at, value, sleeper_at, syscall_number):
+    """Until ``words[at] == value``: spin, then sleep on the futex (``_set_and_wake`` wakes it)."""
+    for _ in range(SPIN_READS):
+        if atomics.load(words, at) == value:
+            return
+    atomics.store(words, sleeper_at, 1)
+    while True:
+        seen = atomics.load(words, at)
+        if seen == value:
+            return
+        atomics.futex(words, at, FUTEX_WAIT_PRIVATE, seen, syscall_number)  # returns at once if changed
+
+
+@leaf
+def _set_and_wake(words, at, value, sleeper_at, syscall_number):
+    atomics.store(words, at, value)
+    if atomics.load(words, sleeper_at) != 0:
+        atomics.futex(words, at, FUTEX_WAKE_PRIVATE, WAKE_ALL, syscall_number)
+
+
+@leaf
+def _copy_job(job):
+    """Copy the job's arrays back to back from ``job[DESTINATION]``, then write one id per page of
+    ``[FAULT_FROM, FAULT_TO)`` there (the pages the caller's new ids will land on)."""
+    destination = job[DESTINATION]
+    at = 0
+    for k in range(job[N_COPIES]):
+        n = job[index(FIRST_COPY + 2 * k + 1)]
+        atomics.copy_bytes(destination + ID_BYTES * at, job[index(FIRST_COPY + 2 * k)], ID_BYTES * n)
+        at += n
+    if job[FAULT_TO] > job[FAULT_FROM]:
+        region = atomics.uint32_array_at(destination + ID_BYTES * job[FAULT_FROM], job[FAULT_TO] - job[FAULT_FROM])
+        for i in range(0, region.shape[0], IDS_PER_PAGE):
+            region[index(i)] = 0
+
+
+@kernel
+def park(words, job, finished, syscall_number):
+    """Say job ``finished`` is done, sleep until another is posted, do its copy, then wait for GO."""
+    _set_and_wake(words, DONE, finished, DONE_SLEEPER, syscall_number)
+    while atomics.load(words, STATE) != POSTED:
+        atomics.futex(words, STATE, FUTEX_WAIT_PRIVATE, IDLE, syscall_number)
+    _copy_job(job)
+    _wait_until(words, GO, 1, GO_SLEEPER, syscall_number)
+    return 0
+
+
+@kernel
+def wake(words, syscall_number):
+    """Post the job written to a parked helper's arrays: it wakes and starts on it."""
+    atomics.store(words, STATE, POSTED)
+    return atomics.futex(words, STATE, FUTEX_WAKE_PRIVATE, 1, syscall_number)
+
+
+@leaf
+def signal_go(words, syscall_number):
+    """From the caller's compiled code: the helper may return to Python (the GIL is free)."""
+    if words.shape[0] >= N_WORDS:  # else no helper waits (``NO_HELPER``)
+        _set_and_wake(words, GO, 1, GO_SLEEPER, syscall_number)
+
+
+@kernel
+def release(words, syscall_number):
+    """``signal_go`` from Python: for a caller that will not reach its compiled call."""
+    signal_go(words, syscall_number)
+    return 0
+
+
+@kernel
+def wait_done(words, job_number, syscall_number):
+    """Until the helper has finished job ``job_number`` and parked again (the GIL is then free)."""
+    _wait_until(words, DONE, job_number, DONE_SLEEPER, syscall_number)
+    return 0
+
+
+NO_HELPER = np.zeros(0, dtype=np.int32)  # ``signal_go``'s words when no helper waits
+
+
+class CopyJob(NamedTuple):
+    """Ids a helper copies before planning: ``sources``, address and count of each array of uint32
+    ids in memory that ``keep`` holds (an int64 array: address, count, address, ...), back to back
+    into ``destination`` (a uint32 array); then ``destination[fault_from:fault_to]`` gets one id
+    per page written (faulted in)."""
+
+    keep: object
+    sources: np.ndarray
+    destination: np.ndarray
+    fault_from: int
+    fault_to: int
+
+
+class Posted:
+    """One job posted to a ``ParkedHelper``: ``result()`` waits for it (in compiled code), then
+    hands the helper to ``give_back``; every post must be followed by one ``result()``."""
+
+    __slots__ = ("helper", "number", "fn", "copy", "give_back", "value", "error")
+
+    def __init__(self, helper: ParkedHelper, number: int, fn: Callable, copy: CopyJob | None,
+                 give_back: Callable[[ParkedHelper], None] | None) -> None:
+        self.helper = helper
+        self.number = number
+        self.fn = fn
+        self.copy = copy  # keeps the memory the job's addresses point into alive until it is done
+        self.give_back = give_back
+        self.value = self.error = None
+
+    def release(self) -> None:
+        """Let the helper run ``fn`` without waiting for the caller's compiled call (the caller
+        never got there: it raised, or needs the GIL before it does)."""
+        release(self.helper.words, SYS_FUTEX)
+
+    def result(self):
+        """``fn``'s return value (or its exception, raised here) once the helper is parked again."""
+        wait_done(self.helper.words, self.number, SYS_FUTEX)
+        if self.give_back is not None:
+            # only now may another caller post to it: a post resets the words this caller waited on
+            self.give_back, give_back = None, self.give_back
+            give_back(self.helper)
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class ParkedHelper:
+    """One helper thread parked in ``park``; ``post`` hands it a job and a function to run once the
+    caller has signalled GO. One caller at a time: the next post only after ``Posted.result()``."""
+
+    def __init__(self, name: str = "kimi_tok-plan_0") -> None:
+        self.words = np.zeros(N_WORDS, dtype=np.int32)
+        self._job = np.zeros(FIRST_COPY + 2 * MAX_COPIES, dtype=np.int64)
+        self._posted: Posted | None = None
+        self._jobs = 0
+        self.kept_off: int | None = None  # the core it was last kept off (its caller's)
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def native_id(self) -> int | None:
+        return self._thread.native_id
+
+    def post(self, fn: Callable, copy: CopyJob | None,
+             give_back: Callable[[ParkedHelper], None] | None = None) -> Posted:
+        """Wake the helper: it does ``copy`` without the GIL, waits for GO (``signal_go`` from the
+        caller's compiled code, or ``Posted.release``), then runs ``fn``."""
+        job = self._job
+        job[:FIRST_COPY] = 0
+        if copy is not None:
+            n = copy.sources.shape[0] // 2
+            if n > MAX_COPIES or copy.sources[1::2].sum() > copy.destination.shape[0]:
+                raise ValueError("copy job: more sources than MAX_COPIES, or more ids than the destination holds")
+            job[DESTINATION] = copy.destination.__array_interface__["data"][0]
+            job[FAULT_FROM], job[FAULT_TO] = copy.fault_from, min(copy.fault_to, copy.destination.shape[0])
+            job[N_COPIES] = n
+            job[FIRST_COPY:FIRST_COPY + 2 * n] = copy.sources
+        self._jobs = (self._jobs + 1) & 0x3FFFFFFF
+        posted = self._posted = Posted(self, self._jobs, fn, copy, give_back)
+        words = self.words
+        words[GO] = words[GO_SLEEPER] = words[DONE_SLEEPER] = 0
+        wake(words, SYS_FUTEX)
+        return posted
+
+    def _serve(self) -> None:
+        finished = 0
+        while True:
+            try:
+                park(self.words, self._job, finished, SYS_FUTEX)
+            except BaseException as exc:  # not compiled (no cache and no compiler): the caller raises it
+                failed: BaseException | None = exc
+            else:
+                failed = None
+            posted, self._posted = self._posted, None
+            self.words[STATE] = IDLE  # parks again once this job is done
+            try:
+                if failed is not None:
+                    raise failed
+                posted.value = posted.fn()
+            except BaseException as exc:  # the caller raises it
+                posted.error = exc
+            finished = posted.number
+            # nothing of the job stays referenced from here while parked (the output's memory is reused
+            # only once nothing references it)
+            posted.fn = posted.copy = posted = None
