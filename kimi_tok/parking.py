@@ -97,10 +97,28 @@ def park(words, job, finished, syscall_number):
 
 
 @kernel
-def wake(words, syscall_number):
-    """Post the job written to a parked helper's arrays: it wakes and starts on it."""
+def wake(words, job, copies, destination, fault_from, fault_to, syscall_number):
+    """Write a job to a parked helper's arrays and wake it (one compiled call: each NumPy operation
+    from Python costs microseconds when cold). ``copies``: address, count, address, ... of the
+    arrays to copy back to back into ``destination``; then ``destination[fault_from:fault_to]`` is
+    faulted in. Returns False, posting nothing, if they do not fit ``destination`` or ``job``."""
+    n_copies = copies.shape[0] // 2
+    n_ids = 0
+    for k in range(n_copies):
+        n_ids += copies[2 * k + 1]
+    if FIRST_COPY + 2 * n_copies > job.shape[0] or n_ids > destination.shape[0]:
+        return False
+    job[DESTINATION] = destination.ctypes.data
+    job[FAULT_FROM] = min(fault_from, destination.shape[0])
+    job[FAULT_TO] = min(fault_to, destination.shape[0])
+    job[N_COPIES] = n_copies
+    job[FIRST_COPY:FIRST_COPY + 2 * n_copies] = copies
+    words[GO] = 0
+    words[GO_SLEEPER] = 0
+    words[DONE_SLEEPER] = 0
     atomics.store(words, STATE, POSTED)
-    return atomics.futex(words, STATE, FUTEX_WAKE_PRIVATE, 1, syscall_number)
+    atomics.futex(words, STATE, FUTEX_WAKE_PRIVATE, 1, syscall_number)
+    return True
 
 
 @leaf
@@ -125,6 +143,8 @@ def wait_done(words, job_number, syscall_number):
 
 
 NO_HELPER = np.zeros(0, dtype=np.int32)  # ``signal_go``'s words when no helper waits
+NO_COPIES = np.zeros(0, dtype=np.int64)  # a job with nothing to copy
+NO_IDS = np.zeros(0, dtype=np.uint32)
 
 
 class CopyJob(NamedTuple):
@@ -193,21 +213,16 @@ class ParkedHelper:
              give_back: Callable[[ParkedHelper], None] | None = None) -> Posted:
         """Wake the helper: it does ``copy`` without the GIL, waits for GO (``signal_go`` from the
         caller's compiled code, or ``Posted.release``), then runs ``fn``."""
-        job = self._job
-        job[:FIRST_COPY] = 0
-        if copy is not None:
-            n = copy.sources.shape[0] // 2
-            if n > MAX_COPIES or copy.sources[1::2].sum() > copy.destination.shape[0]:
-                raise ValueError("copy job: more sources than MAX_COPIES, or more ids than the destination holds")
-            job[DESTINATION] = copy.destination.__array_interface__["data"][0]
-            job[FAULT_FROM], job[FAULT_TO] = copy.fault_from, min(copy.fault_to, copy.destination.shape[0])
-            job[N_COPIES] = n
-            job[FIRST_COPY:FIRST_COPY + 2 * n] = copy.sources
         self._jobs = (self._jobs + 1) & 0x3FFFFFFF
         posted = self._posted = Posted(self, self._jobs, fn, copy, give_back)
-        words = self.words
-        words[GO] = words[GO_SLEEPER] = words[DONE_SLEEPER] = 0
-        wake(words, SYS_FUTEX)
+        if copy is None:
+            posted_it = wake(self.words, self._job, NO_COPIES, NO_IDS, 0, 0, SYS_FUTEX)
+        else:
+            posted_it = wake(self.words, self._job, copy.sources, copy.destination, copy.fault_from, copy.fault_to,
+                             SYS_FUTEX)
+        if not posted_it:
+            self._posted = None
+            raise ValueError("copy job: more sources than MAX_COPIES, or more ids than the destination holds")
         return posted
 
     def _serve(self) -> None:

@@ -321,10 +321,9 @@ class EncodeAhead:
         copied) for a helper to copy ahead into a new output."""
         if runs is None or len(runs) > MAX_COPIES:
             return None
-        copies = self.recent.copies
-        n_ids = int(copies[1::2].sum())
+        n_ids = self.recent.n_ids
         out = tok._output_memory.take(n_ids + MAX_UTF8_BYTES_PER_CHAR * self.chars)  # an id covers >= 1 byte
-        return CopyJob(runs, copies, out, n_ids, n_ids + int(self.chars * NEW_IDS_PER_BYTE))
+        return CopyJob(runs, self.recent.copies, out, n_ids, n_ids + int(self.chars * NEW_IDS_PER_BYTE))
 
     def run(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool) -> Encoded:
         """The whole call: the plan on a helper thread (or here first, if none is idle), the

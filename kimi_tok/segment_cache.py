@@ -168,6 +168,30 @@ class CachePlan(NamedTuple):
     after: list  # per stretch of missing segments: (run, position) where the call left a run right before it, or None
     sources: list  # per array of ``parts``, in order: (run, first, end), the run positions it holds the ids of
     call: "RecentCall | None" = None  # the call as remembered for later ones (its layout is set once stored)
+    source_layout: "Layout | None" = None  # ``sources`` as a RecentCall remembers them (made while planning)
+
+
+class Layout(NamedTuple):
+    """Where consecutive parts of a call's ids come from, as ``RecentCall`` keeps it: the runs (held
+    weakly), the first and end positions in each, and (address, count) of each part's ids."""
+
+    refs: tuple
+    firsts: tuple
+    ends: tuple
+    copies: list[int]
+
+    @classmethod
+    def of(cls, sources: list[tuple["Run", int, int]]) -> "Layout":
+        copies = []
+        for run, first, end in sources:
+            start = run.bounds[first]
+            copies += (run.ids_address + run.ids.itemsize * start, run.bounds[end] - start)
+        return cls(tuple(weakref.ref(run) for run, _, _ in sources), tuple(first for _, first, _ in sources),
+                   tuple(end for _, _, end in sources), copies)
+
+    def __add__(self, other: "Layout") -> "Layout":
+        return Layout(self.refs + other.refs, self.firsts + other.firsts, self.ends + other.ends,
+                      self.copies + other.copies)
 
 
 class RecentCall:
@@ -178,7 +202,7 @@ class RecentCall:
     an int64 array). A Tokenizer copies those ids into the next turn's output before the next plan
     confirms them (``reuse.EncodeAhead``)."""
 
-    __slots__ = ("n_segments", "ending", "chars", "tiktoken_safe", "layout", "copies")
+    __slots__ = ("n_segments", "ending", "chars", "tiktoken_safe", "layout", "copies", "n_ids")
 
     def __init__(self, n_segments: int, ending: tuple, chars: int, tiktoken_safe: bool) -> None:
         self.n_segments = n_segments
@@ -187,6 +211,7 @@ class RecentCall:
         self.tiktoken_safe = tiktoken_safe
         self.layout: tuple[tuple[weakref.ref, ...], tuple[int, ...], tuple[int, ...]] | None = None
         self.copies: np.ndarray | None = None
+        self.n_ids = 0  # the ids of the layout, all together
 
     def runs(self) -> list[Run] | None:
         """The layout's runs (strong references), or None if it is unknown or a run is gone."""
@@ -446,7 +471,10 @@ class SegmentCache:
         with self._lock:
             self.hits += len(speculation.segments) - len(missing)
             self.misses += len(missing)
-        plan = CachePlan(parts, missing, after, sources, speculation.call)
+        # made here (a Tokenizer plans on its helper thread), so that the store at the end of the call
+        # only appends its new runs
+        layout = Layout.of(sources) if speculation.call is not None else None
+        plan = CachePlan(parts, missing, after, sources, speculation.call, layout)
         if not missing:
             self._set_layout(plan, [])
         return plan
@@ -455,20 +483,27 @@ class SegmentCache:
     def _set_layout(plan: CachePlan, stored: list[Run | None]) -> None:
         """Remember where the planned call's ids came from: its sources and the runs ``stored`` for
         its stretches of missing segments, in call order (see ``RecentCall``)."""
-        if plan.call is None:
-            return
-        layout = []
-        sources, new = iter(plan.sources), iter(stored)
-        for part in plan.parts:
-            run, first, end = next(sources) if isinstance(part, np.ndarray) else (next(new), 0, None)
-            if run is None or run.ids is None:
-                return  # a stretch not kept: the next call encodes it again, so no layout to copy
-            layout.append((run, first, len(run) if end is None else end))
-        plan.call.copies = np.array(
-            [(run.ids_address + run.ids.itemsize * run.bounds[first], run.bounds[end] - run.bounds[first])
-             for run, first, end in layout], dtype=np.int64).reshape(-1)
-        plan.call.layout = (tuple(weakref.ref(run) for run, _, _ in layout), tuple(first for _, first, _ in layout),
-                            tuple(end for _, _, end in layout))
+        if plan.call is None or plan.source_layout is None or None in stored:
+            return  # a stretch not kept: the next call encodes it again, so no layout to copy
+        new = Layout.of([(run, 0, len(run)) for run in stored])
+        stretches = [k for k, part in enumerate(plan.parts) if not isinstance(part, np.ndarray)]
+        if stretches == list(range(len(plan.parts) - len(stretches), len(plan.parts))):
+            layout = plan.source_layout + new  # the common case: the new segments come last
+        else:  # stretches between cached parts: interleave them in call order
+            at = {"cached": 0, "new": 0}
+            refs, firsts, ends, copies = [], [], [], []
+            for part in plan.parts:
+                kind = "new" if isinstance(part, tuple) else "cached"
+                source, k = (new if kind == "new" else plan.source_layout), at[kind]
+                at[kind] += 1
+                refs.append(source.refs[k])
+                firsts.append(source.firsts[k])
+                ends.append(source.ends[k])
+                copies += source.copies[2 * k:2 * k + 2]
+            layout = Layout(tuple(refs), tuple(firsts), tuple(ends), copies)
+        plan.call.copies = np.array(layout.copies, dtype=np.int64)
+        plan.call.n_ids = sum(layout.copies[1::2])
+        plan.call.layout = layout[:3]
 
     def _find(self, segment: Segment, tiktoken_safe: bool) -> tuple[Run, int] | None:
         """``(run, position)`` of a text the index holds, compared in full, or None."""

@@ -205,3 +205,22 @@ def test_a_layout_with_an_evicted_run_is_not_copied(low_thresholds):
     assert recent.runs() is not None
     tok.segment_cache.clear()
     assert recent.runs() is None  # its runs are gone: nothing to copy from
+
+
+def test_a_layout_with_a_stretch_in_the_middle_is_copied_in_call_order(low_thresholds, copies_used, monkeypatch):
+    """A turn whose edited segment was encoded between cached parts: the next turn's copy ahead
+    follows that call's order (cached, edited, cached, new) and the plan takes it."""
+    monkeypatch.setattr(reuse, "HELPERS", reuse.HelperThreads(1, parked=True))
+    tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=64 << 20)
+    plain = kimi_tok.kimi_k3(segment_cache_bytes=0)
+    segments = turn(0, 3_000) + turn(1, 3_000)
+    tok.encode_segments(segments)
+    edited = rerender(segments)
+    edited[3] = (edited[3][0] + " (edited)", False)  # another length: missing, between cached parts
+    edited += turn(2, 1_500)
+    tok.encode_segments(edited)
+    layout = tok.segment_cache._recent_calls[-1].layout
+    assert layout is not None and len(layout[0]) == 4, layout  # cached, edited, cached, new
+    longer = rerender(edited) + turn(3, 1_500)
+    assert tok.encode_to_numpy(longer).tolist() == plain.encode_segments(longer).ids
+    assert copies_used[-1] is True
