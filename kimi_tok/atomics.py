@@ -1,9 +1,14 @@
-"""An atomic counter for compiled code: threads share a list of work items without the GIL.
+"""Atomics, futexes and raw memory for compiled code: threads coordinate without the GIL.
 
 numba has no atomic operations on the CPU, so ``fetch_add`` emits LLVM's ``atomicrmw add``
 (sequentially consistent) on an element of an ``int64`` array. Threads in compiled code that
 take work items with it never take the same item twice and never skip one, and none of them
 needs to return to Python (where it would wait for the GIL) between items.
+
+``load``/``store`` (atomic ``int32`` words) and ``futex`` (Linux, through libc's ``syscall``)
+let a thread wait for another inside compiled code (``parking.py``); ``copy_bytes`` and
+``uint32_array_at`` reach memory by address, for a thread that copies ids whose arrays its
+caller keeps alive.
 """
 
 from __future__ import annotations

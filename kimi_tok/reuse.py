@@ -5,7 +5,8 @@ At the end of a long agent loop one call costs two things of similar size:
 * planning it with the segment cache: validating ~1,500 segments, offering cached ones
   (``SegmentCache.speculate``) and comparing their texts with the call's (``verify``:
   Python ``==`` on every cached text, ~0.7 ms for a 1M-token prompt of fresh ``str``
-  objects), then copying ~4 MB of cached ids into the output. All of it holds the GIL.
+  objects), then copying ~4 MB of cached ids into the output. All of it but the copy holds
+  the GIL.
 * encoding the appended segments: compiled code without the GIL, ~1.8 ms for 33k
   tokens of text the CPU caches have not seen.
 
@@ -13,12 +14,15 @@ A turn is the previous prompt plus new segments, and a segment's ids depend only
 text, so the segments after where a recent call ended can be encoded before the plan
 says they are new (``EncodeAhead``): this thread encodes them while a helper thread plans
 the call, and once planned the helper takes the parts of the new text this thread has
-not reached (``parallel.SharedParts``). If the guess was wrong (they were cached after
-all, or others are missing too), the plan still decides, and nothing but some encoding
-is wasted. The ~4 MB output reuses the memory of the previous long output once its
-caller has let go of it, grown in place when a turn outgrows it (``OutputMemory``):
-fresh pages cost ~1 ms of faults (up to ~5 ms), and growing the last output with
-``realloc`` every turn 0.2 ms.
+not reached (``parallel.SharedParts``). On Linux the helper waits in compiled code
+(``parking.py``): woken before this thread packs, it copies the ids the recent call's
+layout says the call starts with, without the GIL, and plans once this thread is in
+compiled code. If the guess was wrong (they were cached after all, or others are
+missing too, or the layout differs), the plan still decides, and nothing but some
+encoding and copying is wasted. The ~4 MB output reuses the memory of the previous long
+output once its caller has let go of it, grown in place when a turn outgrows it
+(``OutputMemory``): fresh pages cost ~1 ms of faults (up to ~5 ms), and growing the last
+output with ``realloc`` every turn 0.2 ms.
 """
 
 from __future__ import annotations

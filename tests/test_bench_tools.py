@@ -27,3 +27,15 @@ def test_turn_timeline_shows_both_threads_of_an_encoded_ahead_turn():
     for mark in ("pack>@Main", "parts<@Main", "verify>@", copied, "store<@Main"):
         assert mark in timed[0], (mark, timed[0])
     assert "untimed inside: last turn median" in result.stdout
+
+
+def test_helpers_ab_compares_both_kinds_of_helpers():
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.helpers_ab", "--instances", "1", "--turns", "3", "--timed-from", "1",
+         "--target-tokens", "120_000"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "KIMI_TOK_N_JOBS": "2"},
+    )
+    assert result.returncode == 0, result.stderr
+    if parking.PARKING:
+        for kind in ("parked", "executor"):
+            assert f"{kind} helpers: median" in result.stdout, result.stdout

@@ -86,7 +86,15 @@ def check(tok, plain, ref, segments, what: str) -> list[int]:
     return got
 
 
-def test_agent_loop_turns_encode_ahead(cached, plain, ref, low_thresholds, ahead_calls):
+@pytest.fixture(params=["default helpers", "executor helpers"])
+def helpers(request, monkeypatch):
+    """The helpers a platform has (parked in compiled code on Linux), and the executor ones used
+    where there are no futexes (or with KIMI_TOK_PARKED_HELPERS=0)."""
+    if request.param == "executor helpers":
+        monkeypatch.setattr(reuse, "HELPERS", reuse.HelperThreads(1, parked=False))
+
+
+def test_agent_loop_turns_encode_ahead(cached, plain, ref, low_thresholds, ahead_calls, helpers):
     segments: list = []
     for turn in range(6):
         new = chat_turn(turn, 1_500 + 400 * turn)
@@ -232,7 +240,7 @@ def test_returned_ids_are_the_callers(cached, plain, low_thresholds, ahead_calls
     assert cached.encode_segments(rerender(longer)).ids == plain.encode_segments(longer).ids
 
 
-def test_concurrent_agent_loops_share_one_tokenizer(cached, plain, low_thresholds):
+def test_concurrent_agent_loops_share_one_tokenizer(cached, plain, low_thresholds, helpers):
     """Four conversations on four threads, turns interleaved: guesses come from each other's calls."""
 
     def conversation(k: int) -> list[list[int]]:
