@@ -202,6 +202,9 @@ class ParkedHelper:
         self._posted: Posted | None = None
         self._jobs = 0
         self.kept_off: int | None = None  # the core it was last kept off (its caller's)
+        # compiled (or loaded) here, so that an error surfaces in the caller, not in a thread it waits for
+        ready = np.array([POSTED, 1, 0, 0, 0], dtype=np.int32)  # a job posted and GO: returns at once
+        park(ready, np.zeros(FIRST_COPY, dtype=np.int64), 0, SYS_FUTEX)
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -228,17 +231,10 @@ class ParkedHelper:
     def _serve(self) -> None:
         finished = 0
         while True:
-            try:
-                park(self.words, self._job, finished, SYS_FUTEX)
-            except BaseException as exc:  # not compiled (no cache and no compiler): the caller raises it
-                failed: BaseException | None = exc
-            else:
-                failed = None
+            park(self.words, self._job, finished, SYS_FUTEX)  # compiled in __init__: nothing to raise here
             posted, self._posted = self._posted, None
             self.words[STATE] = IDLE  # parks again once this job is done
             try:
-                if failed is not None:
-                    raise failed
                 posted.value = posted.fn()
             except BaseException as exc:  # the caller raises it
                 posted.error = exc

@@ -485,9 +485,11 @@ class SegmentCache:
         its stretches of missing segments, in call order (see ``RecentCall``)."""
         if plan.call is None or plan.source_layout is None or None in stored:
             return  # a stretch not kept: the next call encodes it again, so no layout to copy
-        new = Layout.of([(run, 0, len(run)) for run in stored])
-        stretches = [k for k, part in enumerate(plan.parts) if not isinstance(part, np.ndarray)]
-        if stretches == list(range(len(plan.parts) - len(stretches), len(plan.parts))):
+        new = Layout.of([(run, 0, len(run)) for run in stored]) if stored else None
+        n_cached = len(plan.sources)
+        if new is None:
+            layout = plan.source_layout  # every segment was cached
+        elif all(isinstance(part, tuple) for part in plan.parts[n_cached:]):
             layout = plan.source_layout + new  # the common case: the new segments come last
         else:  # stretches between cached parts: interleave them in call order
             at = {"cached": 0, "new": 0}
