@@ -280,7 +280,7 @@ class Tokenizer:
         thread plans it (``reuse.EncodeAhead``).
         """
         cache = self.segment_cache
-        ahead = EncodeAhead.start(self, cache, segments, tiktoken_safe) if cache is not None else None
+        ahead = EncodeAhead.start(self, cache, segments, tiktoken_safe, want_ids) if cache is not None else None
         if ahead is not None:
             return ahead.run(self, cache, segments, tiktoken_safe, want_ids)
         segments = validate_segments(segments)

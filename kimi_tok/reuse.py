@@ -34,7 +34,6 @@ import sys
 import threading
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
-from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -294,88 +293,122 @@ class EncodeAhead:
     another to start: the helper takes the GIL as soon as this one enters compiled code. The
     new text is cut into parts (``SharedParts``) that this thread takes one by one; once the
     helper has planned, it takes those this thread has not reached. A parked helper (Linux) is
-    woken before this thread packs, and copies the recent call's ids (its ``RecentCall.layout``)
-    into the output meanwhile; the plan then only checks that it starts with the same ids.
+    woken as soon as the guess is made (``start``), and copies the recent call's ids (its
+    ``RecentCall.layout``) into the output while this thread validates and packs; the plan then
+    only checks that the call starts with the same ids.
     """
 
     def __init__(self, first: int, tail: list, recent: RecentCall | None = None) -> None:
         self.first = first  # call index of the first segment encoded ahead
-        self.tail = tail  # the call's segments from ``first`` on, validated
+        self.tail = tail  # the call's segments from ``first`` on (validated by ``start``)
         self.recent = recent  # the recent call this one extends (segments ``:first``)
-        self.chars = sum(map(len, map(itemgetter(0), tail)))
+        self.chars = sum(len(text) for text, _ in tail)  # sizes the output (a bad segment raises later)
+        self.posted: Posted | None = None  # a parked helper woken for this call (``wake_helper``)
+        self.woken = False
+        self.copy: CopyJob | None = None
+        self.runs: list | None = None  # the layout's runs, held while the helper copies from them
+        self.packed = self.shared = None  # the new text, once packed (and cut into parts)
+        self.lacked_a_cache = False
 
     @classmethod
-    def start(cls, tok, cache: SegmentCache, segments, tiktoken_safe: bool) -> "EncodeAhead | None":
-        """The likely new segments of ``segments``, or None when there is no good guess or they
-        are not worth a thread: see ``SegmentCache.recent_call_ending``."""
+    def start(cls, tok, cache: SegmentCache, segments, tiktoken_safe: bool,
+              want_ids: bool = True) -> "EncodeAhead | None":
+        """The likely new segments of ``segments`` (a parked helper already woken for the call), or
+        None when there is no good guess or they are not worth a thread: see
+        ``SegmentCache.recent_call_ending``."""
         if tok.n_jobs < 2 or not tok._encoder.fuses or not isinstance(segments, list):
             return None
         recent = cache.recent_call_ending(segments, tiktoken_safe)
         if recent is None or recent.chars < MIN_AHEAD_PLAN_CHARS:
             return None
+        tail = segments[recent.n_segments:]
         try:
-            tail = validate_segments(segments[recent.n_segments:])
-        except TypeError:
-            return None  # the whole call's validation names the bad segment
-        ahead = cls(recent.n_segments, tail, recent)
-        return ahead if MIN_AHEAD_CHARS <= ahead.chars < 2 * MIN_BYTES_PER_JOB else None
-
-    def _copy_job(self, tok, runs: list | None) -> CopyJob | None:
-        """The ids of the recent call (``RecentCall.copies``; ``runs``: its runs, held while they are
-        copied) for a helper to copy ahead into a new output."""
-        if runs is None or len(runs) > MAX_COPIES:
+            ahead = cls(recent.n_segments, tail, recent)
+        except (TypeError, ValueError):  # not (text, flag) pairs: the whole call's validation names it
             return None
-        n_ids = self.recent.n_ids
-        out = tok._output_memory.take(n_ids + MAX_UTF8_BYTES_PER_CHAR * self.chars)  # an id covers >= 1 byte
-        return CopyJob(runs, self.recent.copies, out, n_ids, n_ids + int(self.chars * NEW_IDS_PER_BYTE))
+        if not MIN_AHEAD_CHARS <= ahead.chars < 2 * MIN_BYTES_PER_JOB:
+            return None
+        ahead.wake_helper(tok, cache, segments, tiktoken_safe, want_ids)  # it copies while this thread validates
+        try:
+            ahead.tail = validate_segments(tail)
+        except TypeError:
+            ahead.let_the_helper_go()  # its plan raises the same error: the caller's path names the segment
+            return None
+        return ahead
+
+    def wake_helper(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool) -> None:
+        """Post the call's plan to a parked helper, with the recent call's ids to copy first (none
+        when not ``want_ids``), if one is idle (``self.posted``)."""
+        self.woken = True
+        layout = self.recent.layout if want_ids and self.recent is not None and HELPERS.parked else None
+        self.runs = self.recent.runs() if layout is not None else None
+        if self.runs is not None and len(self.runs) <= MAX_COPIES:
+            n_ids = self.recent.n_ids
+            out = tok._output_memory.take(n_ids + MAX_UTF8_BYTES_PER_CHAR * self.chars)  # an id covers >= 1 byte
+            self.copy = CopyJob(self.runs, self.recent.copies, out, n_ids,
+                                n_ids + int(self.chars * NEW_IDS_PER_BYTE))
+        self.posted = HELPERS.post(lambda: self._plan(tok, cache, segments, tiktoken_safe, want_ids), self.copy)
+        if self.posted is None:
+            self.copy = None  # planned here or by an executor's helper: nothing was copied ahead
+
+    def let_the_helper_go(self) -> None:
+        """Release a woken helper that this thread will not signal from compiled code, and wait for
+        it: it may still be copying into memory this call holds (its plan's error is dropped)."""
+        if self.posted is not None:
+            self.posted.release()
+            try:
+                self.posted.result()
+            except BaseException:
+                pass
+
+    def _plan(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool,
+              join_parts: bool = True):
+        """Validate and plan the call, put its cached ids in the output (if the copy ahead is not
+        them), draft the runs to store, then take parts of the new text this thread has not reached
+        (``join_parts``): ``(valid, plan, out, n_cached, drafts)``."""
+        valid = validate_segments(segments)
+        speculation = cache.speculate(valid, tiktoken_safe)
+        plan = cache.resolve(speculation, cache.verify(speculation))
+        out, n_cached = None, 0
+        if want_ids and plan.missing and plan.missing[0] == self.first and len(plan.missing) == len(self.tail):
+            cached = plan.parts[:-1]  # the guess was right: all cached parts come first
+            n_cached = sum(part.shape[0] for part in cached)
+            copy = self.copy
+            if copy is not None and _same_sources(plan.sources, self.recent.layout, self.runs):
+                out = copy.destination  # copied ahead, the new ids' pages faulted in
+            else:
+                capacity = n_cached + self.packed.buf.shape[0]  # an id covers >= 1 byte
+                fits = copy is not None and copy.destination.shape[0] >= capacity
+                out = copy.destination if fits else tok._output_memory.take(capacity)
+                copy_parts(cached, out)
+                # where the caller will write the new ids: most of it never written yet (an output grows every
+                # turn), so its pages fault in here rather than at the end of the caller's path (~2 us a page)
+                fault_in(out[n_cached:n_cached + int(self.packed.buf.shape[0] * NEW_IDS_PER_BYTE)])
+        # the text side of the store, so that the caller only adds the ids at the end
+        drafts = cache.draft_runs(valid, tiktoken_safe, plan, speculation.fingerprints)
+        if self.shared is not None and join_parts:
+            # the parts the caller has not reached yet, with a free piece cache: making one would
+            # cost more than this share (~6 ms of page faults on a helper thread)
+            with tok._encoder.piece_caches.borrow(make=False) as piece_cache:
+                if piece_cache is None:
+                    self.lacked_a_cache = True
+                else:
+                    self.shared.work(piece_cache)
+        return valid, plan, out, n_cached, drafts
 
     def run(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool) -> Encoded:
         """The whole call: the plan on a helper thread (or here first, if none is idle), the
         segments from ``first`` on here (and on the helper once it has planned)."""
-        n_ahead = len(self.tail)
-        layout = self.recent.layout if want_ids and self.recent is not None and HELPERS.parked else None
-        runs = self.recent.runs() if layout is not None else None
-        copy = self._copy_job(tok, runs)
-        shared = packed = posted = None  # set below, before the plan runs
+        if not self.woken:
+            self.wake_helper(tok, cache, segments, tiktoken_safe, want_ids)
+        posted = self.posted
         piece_caches = tok._encoder.piece_caches
-        lacked_a_cache = []
-
-        def plan_call(join_parts: bool = True):
-            valid = validate_segments(segments)
-            speculation = cache.speculate(valid, tiktoken_safe)
-            plan = cache.resolve(speculation, cache.verify(speculation))
-            out, n_cached = None, 0
-            if want_ids and plan.missing and plan.missing[0] == self.first and len(plan.missing) == n_ahead:
-                cached = plan.parts[:-1]  # the guess was right: all cached parts come first
-                n_cached = sum(part.shape[0] for part in cached)
-                if posted is not None and copy is not None and _same_sources(plan.sources, layout, runs):
-                    out = copy.destination  # copied ahead, the new ids' pages faulted in
-                else:
-                    capacity = n_cached + packed.buf.shape[0]  # an id covers >= 1 byte
-                    fits = copy is not None and copy.destination.shape[0] >= capacity
-                    out = copy.destination if fits else tok._output_memory.take(capacity)
-                    copy_parts(cached, out)
-                    # where the caller will write the new ids: most of it never written yet (an output grows every
-                    # turn), so its pages fault in here rather than at the end of the caller's path (~2 us a page)
-                    fault_in(out[n_cached:n_cached + int(packed.buf.shape[0] * NEW_IDS_PER_BYTE)])
-            # the text side of the store, so that the caller only adds the ids at the end
-            drafts = cache.draft_runs(valid, tiktoken_safe, plan, speculation.fingerprints)
-            if shared is not None and join_parts:
-                # the parts the caller has not reached yet, with a free piece cache: making one would
-                # cost more than this share (~6 ms of page faults on a helper thread)
-                with piece_caches.borrow(make=False) as piece_cache:
-                    if piece_cache is None:
-                        lacked_a_cache.append(True)
-                    else:
-                        shared.work(piece_cache)
-            return valid, plan, out, n_cached, drafts
-
-        posted = HELPERS.post(plan_call, copy)  # woken now: it copies while this thread packs
         try:
-            packed = pack_segments(self.tail, tiktoken_safe, tok._flags, validated=True)
+            packed = self.packed = pack_segments(self.tail, tiktoken_safe, tok._flags, validated=True)
             if posted is not None or packed.buf.shape[0] >= MIN_SHARED_BYTES:
-                shared = SharedParts(tok._encoder, packed, tok._flags, SHARED_PART_BYTES, tok._splits_after_newline,
-                                     SHARED_PART_SHRINK)
+                self.shared = SharedParts(tok._encoder, packed, tok._flags, SHARED_PART_BYTES,
+                                          tok._splits_after_newline, SHARED_PART_SHRINK)
+            shared = self.shared
             # this thread's piece cache is taken before the helper starts: the warm one stays the caller's
             with piece_caches.borrow() if shared is not None else nullcontext() as piece_cache:
                 if posted is not None:
@@ -384,27 +417,23 @@ class EncodeAhead:
                     encoded = None
                     valid, plan, out, n_cached, drafts = posted.result()
                 else:
-                    encoded = self._encode_and_plan(tok, packed, shared, piece_cache, plan_call)
-                    valid, plan, out, n_cached, drafts = encoded[1]
-                    encoded = encoded[0]
+                    encoded, planned = self._encode_and_plan(
+                        tok, packed, shared, piece_cache,
+                        lambda join_parts=True: self._plan(tok, cache, segments, tiktoken_safe, want_ids, join_parts))
+                    valid, plan, out, n_cached, drafts = planned
         except BaseException:
-            if posted is not None:  # the helper may still be copying into memory this call holds: wait
-                posted.release()
-                try:
-                    posted.result()
-                except BaseException:
-                    pass  # the caller's own error is the one to raise
+            self.let_the_helper_go()
             raise
         ids, bounds = encoded if encoded is not None else shared.ids_and_bounds()  # every part is done now
-        if lacked_a_cache:
+        if self.lacked_a_cache:
             HELPERS.run_later(piece_caches.add_spare)  # for the next turn's helper; not waited for
         ids, bounds = self._ids_of(plan.missing, ids, bounds, lambda indices: tok._encode_packed(
             pack_segments([valid[i] for i in indices], tiktoken_safe, tok._flags, validated=True), tok.n_jobs))
         if plan.missing:
             cache.store(valid, tiktoken_safe, plan, ids, bounds, drafts)
         if out is None:
-            if copy is not None:
-                tok._output_memory.keep(copy.destination)  # taken for a copy the plan did not use
+            if self.copy is not None:
+                tok._output_memory.keep(self.copy.destination)  # taken for a copy the plan did not use
             return assemble(plan, ids, bounds, len(valid), want_ids)
         n_ids = n_cached + ids.shape[0]
         out[n_cached:n_ids] = ids
