@@ -14,6 +14,8 @@ from __future__ import annotations
 import mmap
 import os
 import signal
+import subprocess
+import sys
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -459,3 +461,22 @@ def test_helper_threads_stop_steering_a_thread_they_cannot_steer():
         helpers._off_the_callers_core(helpers._helper_thread_id)
         assert helpers._helper_thread_id is None
     assert helpers.submit(lambda: 5).result() == 5
+
+
+def test_parked_helpers_can_be_turned_off_from_the_environment():
+    """``KIMI_TOK_PARKED_HELPERS=0``: executor helpers, and a turn still encoded ahead, exactly."""
+    code = (
+        "import kimi_tok\n"
+        "from kimi_tok import reuse\n"
+        "assert not reuse.HELPERS.parked\n"
+        "reuse.MIN_AHEAD_PLAN_CHARS, reuse.MIN_AHEAD_CHARS = 1_000, 100\n"
+        "tok, plain = kimi_tok.kimi_k3(n_jobs=2), kimi_tok.kimi_k3(segment_cache_bytes=0)\n"
+        "first = [('x ' * 800, False), ('<|sep|>', True)]\n"
+        "tok.encode_segments(first)\n"
+        "longer = [((t + ' ')[:-1], a) for t, a in first] + [('the next turn ' * 50, False)]\n"
+        "assert tok.encode_segments(longer).ids == plain.encode_segments(longer).ids\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "KIMI_TOK_PARKED_HELPERS": "0"})
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
