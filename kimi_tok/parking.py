@@ -162,9 +162,10 @@ class CopyJob(NamedTuple):
 
 class Posted:
     """One job posted to a ``ParkedHelper``: ``result()`` waits for it (in compiled code), then
-    hands the helper to ``give_back``; every post must be followed by one ``result()``."""
+    hands the helper to ``give_back``; every post must be followed by a ``result()`` (later calls
+    of ``result`` and ``release`` touch the helper no more: it may be serving another caller)."""
 
-    __slots__ = ("helper", "number", "fn", "copy", "give_back", "value", "error")
+    __slots__ = ("helper", "number", "fn", "copy", "give_back", "done", "value", "error")
 
     def __init__(self, helper: ParkedHelper, number: int, fn: Callable, copy: CopyJob | None,
                  give_back: Callable[[ParkedHelper], None] | None) -> None:
@@ -173,16 +174,20 @@ class Posted:
         self.fn = fn
         self.copy = copy  # keeps the memory the job's addresses point into alive until it is done
         self.give_back = give_back
+        self.done = False
         self.value = self.error = None
 
     def release(self) -> None:
         """Let the helper run ``fn`` without waiting for the caller's compiled call (the caller
         never got there: it raised, or needs the GIL before it does)."""
-        release(self.helper.words, SYS_FUTEX)
+        if not self.done:
+            release(self.helper.words, SYS_FUTEX)
 
     def result(self):
         """``fn``'s return value (or its exception, raised here) once the helper is parked again."""
-        wait_done(self.helper.words, self.number, SYS_FUTEX)
+        if not self.done:
+            wait_done(self.helper.words, self.number, SYS_FUTEX)
+            self.done = True
         if self.give_back is not None:
             # only now may another caller post to it: a post resets the words this caller waited on
             self.give_back, give_back = None, self.give_back

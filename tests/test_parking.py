@@ -224,3 +224,22 @@ def test_a_layout_with_a_stretch_in_the_middle_is_copied_in_call_order(low_thres
     longer = rerender(edited) + turn(3, 1_500)
     assert tok.encode_to_numpy(longer).tolist() == plain.encode_segments(longer).ids
     assert copies_used[-1] is True
+
+
+def test_a_result_taken_twice_does_not_wait_for_the_helpers_next_caller():
+    """After ``result`` the helper may serve another caller: a second ``result`` or ``release`` (an
+    error path) must neither wait for that caller's job nor signal it."""
+    helpers = reuse.HelperThreads(1, parked=True)
+    first = helpers.post(lambda: "first", None)
+    first.release()
+    assert first.result() == "first"
+    second = helpers.post(lambda: "second", None)  # the same helper, now another caller's
+    assert second is not None and second.helper is first.helper
+    first.release()  # must not let the second job past its GO
+    ran = threading.Event()
+    second.fn = lambda: ran.set()
+    assert not ran.wait(0.2)
+    assert first.result() == "first"  # returns at once
+    second.release()
+    second.result()
+    assert ran.is_set()
