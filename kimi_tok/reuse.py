@@ -334,6 +334,9 @@ class EncodeAhead:
         except TypeError:
             ahead.let_the_helper_go()  # its plan raises the same error: the caller's path names the segment
             return None
+        except BaseException:
+            ahead.let_the_helper_go()
+            raise
         return ahead
 
     def wake_helper(self, tok, cache: SegmentCache, segments, tiktoken_safe: bool, want_ids: bool) -> None:
