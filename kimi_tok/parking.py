@@ -129,7 +129,7 @@ def signal_go(words, syscall_number):
 
 
 @kernel
-def release(words, syscall_number):
+def signal_go_from_python(words, syscall_number):
     """``signal_go`` from Python: for a caller that will not reach its compiled call."""
     signal_go(words, syscall_number)
     return 0
@@ -181,7 +181,7 @@ class Posted:
         """Let the helper run ``fn`` without waiting for the caller's compiled call (the caller
         never got there: it raised, or needs the GIL before it does)."""
         if not self.done:
-            release(self.helper.words, SYS_FUTEX)
+            signal_go_from_python(self.helper.words, SYS_FUTEX)
 
     def result(self):
         """``fn``'s return value (or its exception, raised here) once the helper is parked again."""

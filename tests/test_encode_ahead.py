@@ -121,7 +121,7 @@ def test_the_helper_takes_the_parts_left_once_planned(cached, plain, ref, monkey
 
     def spy(self, piece_cache, helper_words=parking.NO_HELPER):
         if threading.current_thread() is threading.main_thread():
-            parking.release(helper_words, parking.SYS_FUTEX)  # a parked helper plans only after this
+            parking.signal_go_from_python(helper_words, parking.SYS_FUTEX)  # a parked helper plans only after this
             assert joined.wait(10), "the helper never joined"
         else:
             joined.set()

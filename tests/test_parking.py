@@ -66,7 +66,7 @@ def test_go_from_compiled_code_and_many_jobs_in_a_row():
     for k in range(50):
         posted = helper.post(lambda k=k: k * k, None)
         if k % 2:
-            parking.release(helper.words, parking.SYS_FUTEX)
+            parking.signal_go_from_python(helper.words, parking.SYS_FUTEX)
         else:
             go_from_compiled_code(helper.words, parking.SYS_FUTEX)
         assert posted.result() == k * k
