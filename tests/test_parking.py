@@ -146,20 +146,27 @@ def rerender(segments: list) -> list:
     return [((text + " ")[:-1], allow) for text, allow in segments]
 
 
-def test_an_agent_loop_turn_starts_from_the_ids_copied_ahead(low_thresholds, copies_used, monkeypatch):
+def check(tok, plain, ref, segments: list) -> None:
+    """The cached tokenizer's ids equal the uncached one's and the tiktoken reference's."""
+    got = tok.encode_to_numpy(segments).tolist()
+    assert got == plain.encode_segments(segments).ids
+    assert got == ref.encode_segments(segments)
+
+
+def test_an_agent_loop_turn_starts_from_the_ids_copied_ahead(ref, low_thresholds, copies_used, monkeypatch):
     monkeypatch.setattr(reuse, "HELPERS", reuse.HelperThreads(1, parked=True))
     tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=64 << 20)
     plain = kimi_tok.kimi_k3(segment_cache_bytes=0)
     segments: list = []
     for k in range(6):
         segments = rerender(segments) + turn(k, 2_000 + 300 * k)
-        assert tok.encode_to_numpy(segments).tolist() == plain.encode_segments(segments).ids, k
+        check(tok, plain, ref, segments)
     assert copies_used and all(copies_used)  # every turn after the first two found its prefix copied
     recent = tok.segment_cache._recent_calls[-1]
     assert recent.runs() is not None and recent.copies[1::2].sum() == len(plain.encode_segments(segments))
 
 
-def test_a_copy_the_plan_rejects_is_redone(low_thresholds, copies_used, monkeypatch):
+def test_a_copy_the_plan_rejects_is_redone(ref, low_thresholds, copies_used, monkeypatch):
     """A turn of one conversation right after another conversation's call with the same shape (the
     guess takes that call): the ids copied ahead are not the plan's, so the plan copies its own. An
     earlier segment edited as well: the plan encodes it too, and assembles the ids itself."""
@@ -170,17 +177,17 @@ def test_a_copy_the_plan_rejects_is_redone(low_thresholds, copies_used, monkeypa
     tok.encode_segments(first)
     tok.encode_segments(other)
     longer = rerender(first) + turn(2, 1_500)
-    assert tok.encode_to_numpy(longer).tolist() == plain.encode_segments(longer).ids
+    check(tok, plain, ref, longer)
     assert copies_used == [False]
     edited = rerender(longer)
     text = edited[3][0]
     edited[3] = (text[:50] + ("#" if text[50] != "#" else "%") + text[51:], False)
     edited += turn(3, 1_500)
-    assert tok.encode_to_numpy(edited).tolist() == plain.encode_segments(edited).ids
+    check(tok, plain, ref, edited)
     assert copies_used == [False]  # more missing than the guess: no offer to check
 
 
-def test_a_busy_helper_means_no_copy_ahead(low_thresholds, monkeypatch):
+def test_a_busy_helper_means_no_copy_ahead(ref, low_thresholds, monkeypatch):
     """With the helper taken by another caller, the plan runs inline and copies the ids itself."""
     helpers = reuse.HelperThreads(1, parked=True)
     monkeypatch.setattr(reuse, "HELPERS", helpers)
@@ -191,7 +198,7 @@ def test_a_busy_helper_means_no_copy_ahead(low_thresholds, monkeypatch):
     busy = helpers.post(lambda: None, None)
     try:
         longer = rerender(segments) + turn(1, 2_000)
-        assert tok.encode_to_numpy(longer).tolist() == plain.encode_segments(longer).ids
+        check(tok, plain, ref, longer)
     finally:
         busy.release()
         busy.result()
@@ -207,7 +214,7 @@ def test_a_layout_with_an_evicted_run_is_not_copied(low_thresholds):
     assert recent.runs() is None  # its runs are gone: nothing to copy from
 
 
-def test_a_layout_with_a_stretch_in_the_middle_is_copied_in_call_order(low_thresholds, copies_used, monkeypatch):
+def test_a_layout_with_a_stretch_in_the_middle_is_copied_in_call_order(ref, low_thresholds, copies_used, monkeypatch):
     """A turn whose edited segment was encoded between cached parts: the next turn's copy ahead
     follows that call's order (cached, edited, cached, new) and the plan takes it."""
     monkeypatch.setattr(reuse, "HELPERS", reuse.HelperThreads(1, parked=True))
@@ -222,7 +229,7 @@ def test_a_layout_with_a_stretch_in_the_middle_is_copied_in_call_order(low_thres
     layout = tok.segment_cache._recent_calls[-1].layout
     assert layout is not None and len(layout[0]) == 4, layout  # cached, edited, cached, new
     longer = rerender(edited) + turn(3, 1_500)
-    assert tok.encode_to_numpy(longer).tolist() == plain.encode_segments(longer).ids
+    check(tok, plain, ref, longer)
     assert copies_used[-1] is True
 
 
