@@ -63,7 +63,6 @@ from bench.bench import (  # noqa: E402
     rss_bytes,
 )
 from kimi_tok.samples import render_chat, sample_prompt, sample_text  # noqa: E402
-from kimi_tok.segment_cache import DEFAULT_BUDGET_BYTES  # noqa: E402
 
 Segment = tuple[str, bool]
 Segments = Sequence[Segment]
@@ -148,15 +147,13 @@ def timed(fn: Callable[[], np.ndarray]) -> tuple[float, np.ndarray]:
     return time.perf_counter() - t0, ids
 
 
-def make_cached_tokenizers(n: int) -> list[kimi_tok.Tokenizer]:
-    """``kimi_k3()`` (the default 256 MiB cache) and n-1 more independent ones for the median."""
-    first = kimi_tok.kimi_k3()
-    vocabulary, specials = kimi_tok.embedded_kimi_k3()
-    more = [
-        kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, name="kimi_k3",
-                           segment_cache_bytes=DEFAULT_BUDGET_BYTES)
-        for _ in range(n - 1)
-    ]
+def make_cached_tokenizers(n: int, policy: kimi_tok.Policy | None = None) -> list[kimi_tok.Tokenizer]:
+    """``kimi_k3()`` (the default 256 MiB cache) and n-1 more independent ones for the median
+    (all with ``policy`` when given)."""
+    first = kimi_tok.kimi_k3(policy=policy)
+    vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
+    more = [kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, name="kimi_k3", policy=first.policy)
+            for _ in range(n - 1)]
     return [first, *more]
 
 

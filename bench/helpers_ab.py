@@ -6,10 +6,10 @@
 The machine this project is measured on is shared and noisy (another encoder's time for the same
 call varies by a third between runs), so two versions are compared call by call: cached
 tokenizers of both kinds take the bench's conversation turn after turn, in an order that rotates
-each turn, with basetenkenizer (when installed) and a collection before each turn, and
-``reuse.HELPERS`` switched to the kind of the tokenizer being called (``parking.ParkedHelper``
-threads, or the executor's: ``KIMI_TOK_PARKED_HELPERS=0``). Prints the median, 25th and 75th
-percentile per kind over the timed turns (README, "Agent loops").
+each turn, with basetenkenizer (when installed) and a collection before each turn; half of the
+tokenizers have ``parking.ParkedHelper`` threads, half the executor's (``Policy.parked_helpers``,
+``KIMI_TOK_PARKED_HELPERS=0``). Prints the median, 25th and 75th
+percentile per kind over the timed turns (docs/agent-loops.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import kimi_tok
 from bench.agent_loop import chars_per_token, conversation, make_cached_tokenizers, rerender
 from bench.turn_timeline import load_baseline
-from kimi_tok import parking, reuse
+from kimi_tok.reuse import parking
 
 KINDS = ("parked", "executor")
 
@@ -44,26 +44,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--instances must be >= 1 and --timed-from within --turns")
     plain = kimi_tok.kimi_k3(segment_cache_bytes=0)
     turns = conversation(args.turns, int(args.target_tokens * chars_per_token(plain.count_tokens)), args.seed)
-    helpers = {"parked": reuse.HelperThreads(1, parked=True), "executor": reuse.HelperThreads(1, parked=False)}
-    tokenizers = [(KINDS[k % 2], tok) for k, tok in enumerate(make_cached_tokenizers(2 * args.instances))]
+    policies = {kind: kimi_tok.Policy.from_env().replace(parked_helpers=kind == "parked", helpers=1) for kind in KINDS}
+    tokenizers = [(kind, tok) for kind in KINDS for tok in make_cached_tokenizers(args.instances, policies[kind])]
+    tokenizers = tokenizers[::2] + tokenizers[1::2]  # the kinds alternate
     baseline = load_baseline()
     ms: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    saved = reuse.HELPERS
-    try:
-        for turn, segments in enumerate(turns):
-            if baseline is not None:
-                baseline(rerender(segments))  # as in bench.agent_loop: the other encoder runs between turns
-            gc.collect()
-            rot = turn % len(tokenizers)
-            for kind, tok in tokenizers[rot:] + tokenizers[:rot]:
-                reuse.HELPERS = helpers[kind]
-                prompt = rerender(segments)
-                start = time.perf_counter()
-                tok.encode_segments(prompt)
-                if turn >= args.timed_from:
-                    ms[kind].append((time.perf_counter() - start) * 1e3)
-    finally:
-        reuse.HELPERS = saved
+    for turn, segments in enumerate(turns):
+        if baseline is not None:
+            baseline(rerender(segments))  # as in bench.agent_loop: the other encoder runs between turns
+        gc.collect()
+        rot = turn % len(tokenizers)
+        for kind, tok in tokenizers[rot:] + tokenizers[:rot]:
+            prompt = rerender(segments)
+            start = time.perf_counter()
+            tok.encode_segments(prompt)
+            if turn >= args.timed_from:
+                ms[kind].append((time.perf_counter() - start) * 1e3)
     for kind in KINDS:
         values = ms[kind]
         quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
@@ -45,7 +44,7 @@ WARMUP_CHARS = 1_000_000  # starts process workers and warms piece caches before
 def kimi_tok_encoder(backend: str, n_jobs: int, hash_routing: bool = False) -> Callable:
     import kimi_tok
 
-    vocabulary, specials = kimi_tok.embedded_kimi_k3()
+    vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
     tok = kimi_tok.Tokenizer(vocabulary, specials, n_jobs=n_jobs, backend=backend, segment_cache_bytes=0,
                              hash_routing=hash_routing)
     return lambda segments: tok.encode_segments(segments).into_numpy()["ids"]

@@ -139,7 +139,7 @@ class Stress:
     def __init__(self, out: Path | None = None) -> None:
         self.ref = Reference()
         self.cached = kimi_tok.kimi_k3()
-        vocabulary, specials = kimi_tok.embedded_kimi_k3()
+        vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
         self.plain = kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, n_jobs=1, segment_cache_bytes=0)
         self.specials = sorted(specials)
         self.out = out

@@ -8,7 +8,7 @@ the last, then encodes the last turn with each: half of them untimed inside (the
 median, against basetenkenizer's call right before each when it is installed), the other half
 with the stages wrapped to print when each began and ended, in milliseconds from the call's
 start, on the thread that ran it (``Main``: the caller; ``plan_0``...: helper threads). The
-wrappers cost a few microseconds each. Used to find what is on the critical path (README,
+wrappers cost a few microseconds each. Used to find what is on the critical path (docs/agent-loops.md,
 "Agent loops").
 """
 
@@ -23,20 +23,21 @@ import time
 from collections.abc import Sequence
 
 import kimi_tok
-import kimi_tok.core as core
-import kimi_tok.parking as parking
-import kimi_tok.reuse as reuse
+import kimi_tok.engine.engine as engine_module
+import kimi_tok.reuse.encode_ahead as reuse
+import kimi_tok.reuse.parking as parking
+from kimi_tok.engine.parts import SharedParts
 from bench.agent_loop import chars_per_token, conversation, make_cached_tokenizers, rerender
-from kimi_tok.segment_cache import SegmentCache
+from kimi_tok.reuse.segment_cache import SegmentCache
 
 # (owner, attribute, label, is a staticmethod)
 STAGES = [
     (reuse, "validate_segments", "valid", False),
-    (reuse, "pack_segments", "pack", False),
-    (core.Tokenizer, "_encode_fused", "enc", False),
-    (reuse.SharedParts, "__init__", "cut", False),
-    (reuse.SharedParts, "work", "parts", False),
-    (reuse.SharedParts, "ids_and_bounds", "gather", False),
+    (engine_module, "pack_segments", "pack", False),
+    (engine_module.Engine, "encode_fused", "enc", False),
+    (SharedParts, "__init__", "cut", False),
+    (SharedParts, "work", "parts", False),
+    (SharedParts, "ids_and_bounds", "gather", False),
     (SegmentCache, "speculate", "spec", False),
     (SegmentCache, "verify", "verify", True),
     (SegmentCache, "resolve", "resolve", False),
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for segments in turns[:-1]:
             tok.encode_segments(rerender(segments))
     last = turns[-1]
-    print(f"last turn: {len(last)} segments, {len(last) - len(turns[-2])} new; helpers {reuse.HELPERS.size}, "
+    print(f"last turn: {len(last)} segments, {len(last) - len(turns[-2])} new; helpers {tokenizers[0].policy.helpers}, "
           f"n_jobs {tokenizers[0].n_jobs}")
 
     def before_call():

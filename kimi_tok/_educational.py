@@ -11,8 +11,9 @@ learn what ``Tokenizer.encode_segments`` computes.
 
 from __future__ import annotations
 
-from .chunking import MAX_CHUNK_CHARS, MAX_RUN_CHARS
-from .pretokenize import KIMI_PATTERN, RegexPreTokenizer
+from .pipeline.chunking import MAX_CHUNK_CHARS, MAX_RUN_CHARS
+from .pipeline.pretokenize.pcre2_pattern import RegexPreTokenizer
+from .vocab.kimi_k3 import KIMI_PATTERN
 
 
 def safe_substrings(text: str) -> list[str]:
@@ -56,7 +57,7 @@ class EducationalTokenizer:
 
     @classmethod
     def from_kimi_k3(cls) -> "EducationalTokenizer":
-        from .load import embedded_kimi_k3
+        from .vocab.kimi_k3 import embedded_kimi_k3
 
         vocabulary, specials = embedded_kimi_k3()
         data, offsets = vocabulary.token_bytes.tobytes(), vocabulary.token_offsets.tolist()

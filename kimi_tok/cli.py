@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .records import json_type, segments_from_json
+from .corpus.records import json_type, segments_from_json
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 STDIN = "-"
@@ -248,42 +248,27 @@ def cmd_decode(args) -> int:
 # -- verify, export-hf, bench -----------------------------------------------------
 
 
-def _reference_ids(enc, segments: list[tuple[str, bool]]) -> list[int]:
-    """The official K3 encoding: tiktoken-safe chunks of each segment, each one tiktoken call."""
-    from ._educational import safe_substrings
-
-    ids: list[int] = []
-    for text, allow_special in segments:
-        for sub in safe_substrings(text):
-            ids += enc.encode(sub, allowed_special="all") if allow_special else enc.encode(sub, disallowed_special=())
-    return ids
-
-
-def _first_difference(got: list[int], want: list[int]) -> int:
-    return next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-
-
 def cmd_verify(args) -> int:
     """kimi_tok's ids == tiktoken's (with the official chunking) on generated chat prompts."""
     try:
         import tiktoken  # noqa: F401
     except ImportError:
         raise UserError("verify compares with tiktoken, which is not installed: pip install tiktoken") from None
+    from .interop.tiktoken_compat import first_difference, real_tiktoken_encoding, reference_ids
     from .samples import sample_prompt
-    from .tiktoken_compat import real_tiktoken_encoding
 
     tok = _tokenizer()
     enc = real_tiktoken_encoding(tok)
     n_tokens = n_mismatches = 0
     for k in range(args.prompts):
         segments = sample_prompt(args.chars, seed=args.seed + k)
-        got, want = tok.encode_to_numpy(segments).tolist(), _reference_ids(enc, segments)
+        got, want = tok.encode_to_numpy(segments).tolist(), reference_ids(enc, segments)
         n_tokens += len(want)
         if got == want:
             print(f"prompt {k + 1}/{args.prompts} (seed {args.seed + k}): {len(segments)} segments, {len(want):,} tokens: identical")
             continue
         n_mismatches += 1
-        i = _first_difference(got, want)
+        i = first_difference(want, got)
         print(f"prompt {k + 1}/{args.prompts} (seed {args.seed + k}): MISMATCH at token {i}: "
               f"kimi_tok {got[i:i + 5]} vs tiktoken {want[i:i + 5]} ({len(got):,} vs {len(want):,} tokens)")
     print(f"verify: {args.prompts} prompts, {n_tokens:,} tokens, {n_mismatches} mismatching prompts "
@@ -416,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", nargs="?", default="tokenizer.json", help="the file (or a directory) to write; default tokenizer.json")
     p.set_defaults(func=cmd_export_hf)
 
-    from .corpus import DEFAULT_DOCS_PER_SHARD, DEFAULT_MAX_SHARD_BYTES, ON_ERROR
+    from .corpus.shards import DEFAULT_DOCS_PER_SHARD, DEFAULT_MAX_SHARD_BYTES, ON_ERROR
 
     p = sub.add_parser("corpus", help="tokenize JSONL documents into .npy shards (resumable; local processes or Dask)",
                        description="Tokenize JSONL files (one JSON object per line) into shards of uint32 ids plus "

@@ -1,12 +1,14 @@
 """Shared fixtures for the kimi_tok test suite.
 
 ``tok`` is the packaged Kimi K3 tokenizer and ``ref`` the tiktoken reference
-(tests/reference.py, a transcription of ../shared/kimi-k3/README.md). Every
-expected id in this suite comes from ``ref``; none is hard-coded.
+(tests/reference.py, built from the package's embedded copy of the K3 data, the
+encoding of ../shared/kimi-k3/README.md). Every expected id in this suite comes
+from ``ref``; none is hard-coded.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -65,5 +67,19 @@ def ref() -> Reference:
 @pytest.fixture(scope="session")
 def tok_one_thread() -> kimi_tok.Tokenizer:
     """The Kimi K3 tokenizer with n_jobs=1: one call never fans out over threads."""
-    vocabulary, specials = kimi_tok.embedded_kimi_k3()
-    return kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, n_jobs=1)
+    return kimi_tok.kimi_k3(n_jobs=1)
+
+
+def new_k3_tokenizer(policy: kimi_tok.Policy) -> kimi_tok.Tokenizer:
+    """A new Kimi K3 Tokenizer (piece caches, segment cache and helpers of its own) run by ``policy``."""
+    from kimi_tok.vocab import embedded_kimi_k3
+
+    vocabulary, specials = embedded_kimi_k3()
+    return kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, policy=policy)
+
+
+@functools.lru_cache(maxsize=None)
+def k3_tokenizer(policy: kimi_tok.Policy) -> kimi_tok.Tokenizer:
+    """A Kimi K3 Tokenizer run by ``policy``, one per policy for the whole test run (for tests that
+    need no state of their own: making one maps its tables again)."""
+    return new_k3_tokenizer(policy)

@@ -6,14 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
-def first_difference(expected: Sequence[int], got: Sequence[int]) -> int | None:
-    """Index of the first position where the two id lists differ (None when equal)."""
-    n = min(len(expected), len(got))
-    for i in range(n):
-        if expected[i] != got[i]:
-            return i
-    return None if len(expected) == len(got) else n
+from kimi_tok.interop.tiktoken_compat import first_difference
 
 
 def describe_mismatch(expected: Sequence[int], got: Sequence[int], what: str = "") -> str:
@@ -24,6 +17,12 @@ def describe_mismatch(expected: Sequence[int], got: Sequence[int], what: str = "
         f"  expected[{lo}:{lo + 15}] = {list(expected[lo:lo + 15])}\n"
         f"  got     [{lo}:{lo + 15}] = {list(got[lo:lo + 15])}"
     )
+
+
+def rerender(segments) -> list[tuple[str, bool]]:
+    """The same segments as new ``str`` objects (as a serving stack renders a prompt again every
+    turn): equal texts, never the same objects, so a cache hit must compare text, not identity."""
+    return [((text + " ")[:-1], allow) for text, allow in segments]
 
 
 def short_repr(segments, limit: int = 300) -> str:

@@ -1,104 +1,87 @@
 """The reference Kimi K3 tokenizer: tiktoken plus the official "tiktoken-safe" chunking.
 
-This is a plain, readable transcription of /work/shared/kimi-k3/README.md. It is slow on
-purpose (the whitespace-run cut is a Python loop, exactly like the official tokenizer) and
-is the ground truth that kimi_tok must match id for id.
+Built from the package's own sha256-checked copy of the vocabulary, its 256 special tokens and
+its pattern, so that the suite passes in any clone; ``tests/api/test_reference_data.py`` checks
+that copy against ``../shared/kimi-k3/`` (or ``$KIMI_K3_DIR``) where it exists. The vocabulary
+is parsed here the way tiktoken's own loader does (base64, rank), independently of kimi_tok's
+compiled parser, and the encoding is ``kimi_tok.interop.tiktoken_compat.reference_ids`` (the
+function ``kimi-tok verify`` uses): each sub-string of the readable chunking spec
+(``kimi_tok._educational.safe_substrings``) one tiktoken call. Slow on purpose: it is the
+ground truth that kimi_tok must match id for id.
 
-    >>> ref = Reference()
-    >>> ref.encode_segments([("<|open|>", True), ("hi <|open|>", False)])  # doctest: +SKIP
+    >>> Reference().encode_segments([("<|open|>", True), ("hi <|open|>", False)])  # doctest: +SKIP
     [163587, ...]
-
-The shared data directory is ``$KIMI_K3_DIR`` or, by default, ``<repo>/../shared/kimi-k3``.
 """
 
 from __future__ import annotations
 
+import atexit
+import base64
 import functools
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import tiktoken
-import tiktoken.load
 
-__all__ = [
-    "MAX_PIECE_CHARS",
-    "MAX_RUN_CHARS",
-    "Reference",
-    "data_dir",
-    "make_reference_encoding",
-    "safe_substrings",
-]
+from kimi_tok import KIMI_PATTERN
+from kimi_tok._educational import safe_substrings
+from kimi_tok.interop.tiktoken_compat import reference_ids
+from kimi_tok.pipeline.chunking import MAX_CHUNK_CHARS as MAX_PIECE_CHARS, MAX_RUN_CHARS
+from kimi_tok.vocab.kimi_k3 import kimi_k3_model_bytes, kimi_k3_special_tokens
 
-MAX_PIECE_CHARS = 400_000  # step 1: pieces of at most this many code points
-MAX_RUN_CHARS = 25_000  # step 2: no more than this many same-kind characters in a row
+__all__ = ["MAX_PIECE_CHARS", "MAX_RUN_CHARS", "Reference", "data_dir", "load_pattern", "load_special_tokens",
+           "make_reference_encoding", "mergeable_ranks", "safe_substrings", "shared_data_dir"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def data_dir() -> Path:
-    """Directory holding tiktoken.model, pattern.txt and special_tokens.json."""
+def shared_data_dir() -> Path:
+    """Where the published K3 files may lie beside this clone: ``$KIMI_K3_DIR``, else ``../shared/kimi-k3``."""
     return Path(os.environ.get("KIMI_K3_DIR", REPO_ROOT.parent / "shared" / "kimi-k3"))
+
+
+@functools.lru_cache(maxsize=None)
+def data_dir() -> Path:
+    """A folder laid out like ``../shared/kimi-k3`` (``tiktoken.model``, ``special_tokens.json``,
+    ``pattern.txt``), written once per test process from the package's copy, for tests of loading."""
+    folder = Path(tempfile.mkdtemp(prefix="kimi_tok_k3_data_"))
+    atexit.register(shutil.rmtree, folder, True)
+    (folder / "tiktoken.model").write_bytes(kimi_k3_model_bytes())
+    (folder / "special_tokens.json").write_text(json.dumps(kimi_k3_special_tokens(), indent=1), "utf-8")
+    (folder / "pattern.txt").write_text(KIMI_PATTERN + "\n", "utf-8")
+    return folder
 
 
 def load_pattern() -> str:
     """The pre-tokenization regex (Rust regex syntax, as tiktoken wants it)."""
-    return (data_dir() / "pattern.txt").read_text(encoding="utf-8").strip("\r\n")
+    return KIMI_PATTERN
 
 
 def load_special_tokens() -> dict[str, int]:
     """The 256 special tokens, name -> id (163584..163839)."""
-    with open(data_dir() / "special_tokens.json", encoding="utf-8") as f:
-        return {name: int(i) for name, i in json.load(f).items()}
+    return kimi_k3_special_tokens()
+
+
+def parse_ranks(model: bytes) -> dict[bytes, int]:
+    """``{token bytes: rank}`` of a ``tiktoken.model`` file, as ``tiktoken.load.load_tiktoken_bpe`` reads it."""
+    return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in model.splitlines() if line)}
+
+
+@functools.lru_cache(maxsize=None)
+def mergeable_ranks() -> dict[bytes, int]:
+    """The embedded K3 vocabulary (checked against its sha256 when read)."""
+    return parse_ranks(kimi_k3_model_bytes())
 
 
 @functools.lru_cache(maxsize=None)
 def make_reference_encoding() -> tiktoken.Encoding:
     """The tiktoken Encoding the model's own Python tokenizer wraps (built once, cached)."""
-    return tiktoken.Encoding(
-        name="kimi_k3",
-        pat_str=load_pattern(),
-        mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(data_dir() / "tiktoken.model")),
-        special_tokens=load_special_tokens(),
-    )
-
-
-def _split_long_runs(piece: str, max_run: int = MAX_RUN_CHARS) -> Iterable[str]:
-    """Step 2: cut ``piece`` so no sub-string holds more than ``max_run`` same-kind chars in a row.
-
-    "Kind" is ``str.isspace()``. A change of kind starts a new run of length 1; when a run
-    reaches ``max_run + 1`` we cut just before that character, which then counts as a run of
-    length 1 in the next sub-string. The last sub-string is always yielded, even when empty.
-    """
-    start = 0
-    run_len = 0
-    run_is_space = piece[0].isspace() if piece else False
-    for i, ch in enumerate(piece):
-        is_space = ch.isspace()
-        if is_space != run_is_space:
-            run_is_space = is_space
-            run_len = 1
-            continue
-        run_len += 1
-        if run_len > max_run:
-            yield piece[start:i]
-            start = i
-            run_len = 1
-    yield piece[start:]
-
-
-def safe_substrings(text: str) -> list[str]:
-    """Steps 1-2: the sub-strings that tiktoken-safe chunking encodes one by one.
-
-    Step 1 cuts ``text`` into pieces of at most 400,000 code points (empty text gives no
-    pieces, like ``range(0, 0, 400000)``); step 2 cuts each piece at long same-kind runs.
-    """
-    return [
-        sub
-        for start in range(0, len(text), MAX_PIECE_CHARS)
-        for sub in _split_long_runs(text[start : start + MAX_PIECE_CHARS])
-    ]
+    return tiktoken.Encoding(name="kimi_k3", pat_str=KIMI_PATTERN, mergeable_ranks=mergeable_ranks(),
+                             special_tokens=kimi_k3_special_tokens())
 
 
 class Reference:
@@ -107,25 +90,10 @@ class Reference:
     def __init__(self) -> None:
         self.enc = make_reference_encoding()
 
-    def _encode_one(self, sub: str, allow_special: bool) -> list[int]:
-        """Step 3: one tiktoken call. Without allow_special, control-token text is plain text."""
-        if allow_special:
-            return self.enc.encode(sub, allowed_special="all")
-        return self.enc.encode(sub, disallowed_special=())
-
     def encode(self, text: str, allow_special: bool = False, tiktoken_safe: bool = True) -> list[int]:
         """Ids of one segment; with ``tiktoken_safe=False`` the whole text is one tiktoken call."""
-        subs = safe_substrings(text) if tiktoken_safe else [text]
-        ids: list[int] = []
-        for sub in subs:
-            ids.extend(self._encode_one(sub, allow_special))
-        return ids
+        return reference_ids(self.enc, [(text, allow_special)], tiktoken_safe)
 
-    def encode_segments(
-        self, segments: Sequence[tuple[str, bool]], tiktoken_safe: bool = True
-    ) -> list[int]:
+    def encode_segments(self, segments: Sequence[tuple[str, bool]], tiktoken_safe: bool = True) -> list[int]:
         """Ids of a rendered chat: each ``(text, allow_special)`` segment encoded alone, concatenated."""
-        ids: list[int] = []
-        for text, allow_special in segments:
-            ids.extend(self.encode(text, allow_special, tiktoken_safe))
-        return ids
+        return reference_ids(self.enc, segments, tiktoken_safe)

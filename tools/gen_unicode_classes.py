@@ -20,7 +20,7 @@ import pcre2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kimi_tok.unicode_classes import (  # noqa: E402
+from kimi_tok.pipeline.pretokenize.unicode_classes import (  # noqa: E402
     FLAG_BITS,
     N_CODE_POINTS,
     PCRE2_CLASS_OF_FLAG,

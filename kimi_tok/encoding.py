@@ -1,0 +1,70 @@
+"""``Encoding``: the ids of one call, handed to NumPy without a copy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .pipeline.assembly import ID_DTYPE
+
+
+class Encoding:
+    """The ids of one call, in a ``uint32`` NumPy array.
+
+    >>> enc = kimi_tok.kimi_k3().encode("hello world")
+    >>> len(enc), enc.ids
+    (2, [22931, 2695])
+    """
+
+    __slots__ = ("_ids", "_special_mask")
+
+    def __init__(self, ids: np.ndarray, special_mask: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        self._ids: np.ndarray | None = ids
+        self._special_mask = special_mask
+
+    def _array(self) -> np.ndarray:
+        if self._ids is None:
+            raise ValueError("this Encoding was drained by into_numpy()")
+        return self._ids
+
+    def __len__(self) -> int:
+        return len(self._array())
+
+    def __repr__(self) -> str:
+        if self._ids is None:
+            return "Encoding(drained)"
+        return f"Encoding(n_ids={len(self._ids)})"
+
+    @property
+    def ids(self) -> list[int]:
+        """The ids as a Python list (a copy; prefer ``into_numpy`` for long prompts)."""
+        return self._array().tolist()
+
+    def into_numpy(
+        self,
+        ids: bool = True,
+        attention_mask: bool = False,
+        type_ids: bool = False,
+        special_tokens_mask: bool = False,
+    ) -> dict[str, np.ndarray]:
+        """Hand the ids to NumPy without copying; the Encoding is drained afterwards.
+
+        Returns a dict with the requested ``uint32`` arrays: ``"ids"``,
+        ``"attention_mask"`` (ones), ``"type_ids"`` (zeros) and
+        ``"special_tokens_mask"`` (1 where the id is a special token).
+        """
+        array = self._array()
+        result: dict[str, np.ndarray] = {}
+        if ids:
+            result["ids"] = array
+        if attention_mask:
+            result["attention_mask"] = np.ones(len(array), dtype=ID_DTYPE)
+        if type_ids:
+            result["type_ids"] = np.zeros(len(array), dtype=ID_DTYPE)
+        if special_tokens_mask:
+            if self._special_mask is None:
+                raise ValueError("special_tokens_mask needs an Encoding made by a Tokenizer")
+            result["special_tokens_mask"] = self._special_mask(array).astype(ID_DTYPE)
+        self._ids = None
+        return result

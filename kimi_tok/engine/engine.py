@@ -1,0 +1,182 @@
+"""The engine: how one call runs, decided from its size and the ``Policy``.
+
+``Engine.encode_packed`` picks one of:
+
+* fused: no fan-out (one job, or too little text for two): chunking -> run cuts -> specials
+  -> scanner -> BPE as one compiled call (``pipeline.assembly.encode_packed_fused``);
+* shared parts (threads, the Kimi scanner): this thread and pool threads take parts of the
+  call from an atomic counter (``threads.encode_parts_on_threads``);
+* groups (threads, a PCRE2 pattern), hash-routed groups (``hash_routing``) or worker
+  processes (``backend="processes"``): the tiktoken-safe cuts first, long sub-strings cut
+  after newlines where provably safe, then contiguous groups, one per task.
+
+Every path gives the ids of the sequential kernel: after the tiktoken-safe cuts the
+sub-strings are independent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from ..pipeline.assembly import ID_DTYPE, SubstringEncoder
+from ..pipeline.bpe import BpeTables
+from ..pipeline.chunking import cut_chunks, cut_substrings
+from ..pipeline.pretokenize.kimi_scanner import split_at_safe_points
+from ..pipeline.pretokenize.unicode_classes import code_point_flags
+from ..pipeline.segments import PackedSegments, pack_segments, segment_bounds, validate_segments
+from .parts import SharedParts
+from .policy import Policy
+from .processes import EncoderSpec, encode_on_processes
+from .routing import HashRouter, encode_on_threads
+from .threads import encode_groups_on_threads, encode_parts_on_threads, split_spans
+
+
+class Encoded(NamedTuple):
+    """What a call produced: all its ids (``ids``), or, for a count, None and ``n_ids``."""
+
+    ids: np.ndarray | None
+    n_ids: int
+
+
+NO_IDS = np.empty(0, dtype=ID_DTYPE)
+NO_BOUNDS = np.zeros(1, dtype=np.int64)
+
+
+class Engine:
+    """The stages of one vocabulary (``SubstringEncoder``) and the policy that decides how a call
+    runs over them; shared by threads (the compiled stages release the GIL)."""
+
+    def __init__(self, tables: BpeTables, special_tokens: dict[str, int], pattern: str, policy: Policy) -> None:
+        self.policy = policy
+        self.flags = code_point_flags()
+        self.stages = SubstringEncoder(tables, special_tokens, pattern)
+        self._special_tokens = special_tokens
+        self._pattern = pattern
+        self._router = HashRouter(self.stages, policy.merge_slice_bytes)
+        self._worker_spec: EncoderSpec | None = None  # built on the first call on processes
+        # long sub-strings may be split after newlines only where that provably changes no piece
+        self.splits_after_newline = self.stages.pretokenizer.splits_after_newline and not any(
+            "\n" in text for text in special_tokens
+        )
+
+    @property
+    def fuses(self) -> bool:
+        """Whether calls can run as one compiled call (the compiled Kimi scanner)."""
+        return self.stages.fuses
+
+    def pack(self, segments: Sequence, tiktoken_safe: bool, validated: bool = False) -> PackedSegments:
+        """``segments`` validated (unless ``validated``) and packed into one UTF-8 buffer."""
+        return pack_segments(segments, tiktoken_safe, self.flags, validated=validated)
+
+    def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True) -> Encoded:
+        """All ids of ``segments`` (validated here), without any reuse across calls."""
+        ids = self.encode_packed(self.pack(validate_segments(segments), tiktoken_safe, validated=True),
+                                 with_bounds=False)[0]
+        return Encoded(ids if want_ids else None, len(ids))
+
+    def encode_with_bounds(self, segments: Sequence, tiktoken_safe: bool, n_jobs: int | None = None,
+                           validated: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, bounds)``: segment ``i``'s ids are ``ids[bounds[i]:bounds[i + 1]]``."""
+        if not segments:
+            return NO_IDS.copy(), NO_BOUNDS.copy()
+        return self.encode_packed(self.pack(segments, tiktoken_safe, validated), n_jobs)
+
+    def encode_packed(self, packed: PackedSegments, n_jobs: int | None = None, timings: dict | None = None,
+                      with_bounds: bool = True):
+        """Run the compiled stages over packed segments; returns ``(ids, segment_bounds)``
+        (``segment_bounds`` is None unless ``with_bounds``). ``timings``: seconds per stage are
+        recorded there (the stages then run one by one)."""
+        policy = self.policy
+        n_jobs = policy.n_jobs if n_jobs is None else n_jobs
+        clock = StageClock(timings)
+        buf = packed.buf
+        threads = policy.backend == "threads"
+        shares_parts = timings is None and self.fuses and threads and not policy.hash_routing
+        if not threads:
+            min_bytes = policy.min_bytes_per_process_job
+        else:
+            min_bytes = policy.min_bytes_per_shared_job if shares_parts else policy.min_bytes_per_job
+        if timings is None and self.fuses and (n_jobs == 1 or buf.shape[0] < 2 * min_bytes):
+            return self.encode_fused(packed, with_bounds)
+        if shares_parts:
+            ids, bounds = encode_parts_on_threads(self.stages, packed, self.flags, n_jobs, self.splits_after_newline,
+                                                  policy)
+            return ids, (bounds if with_bounds else None)
+        chunk_start, chunk_end, chunk_segment = cut_chunks(buf, packed.seg_start, packed.seg_end, packed.needs_cuts)
+        clock.lap("chunking")
+        sub_start, sub_end, sub_chunk = cut_substrings(buf, chunk_start, chunk_end,
+                                                       packed.needs_cuts[chunk_segment], self.flags)
+        sub_allow = packed.allow_special[chunk_segment[sub_chunk]]
+        clock.lap("run cuts")
+        if n_jobs > 1 and self.splits_after_newline and buf.shape[0] >= 2 * min_bytes:
+            sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow,
+                                                                 min(policy.unit_bytes, min_bytes))
+        groups = split_spans(sub_start, sub_end, n_jobs, min_bytes, policy.groups_per_job)
+        if len(groups) == 1:
+            ids, run_start, run_out_end = self.stages.encode(buf, sub_start, sub_end, sub_allow, clock)
+        elif threads:
+            if policy.hash_routing:
+                ids, run_start, run_out_end = encode_on_threads(self._router, buf, sub_start, sub_end, sub_allow,
+                                                                groups, n_jobs)
+            else:
+                ids, run_start, run_out_end = encode_groups_on_threads(self.stages, buf, sub_start, sub_end,
+                                                                       sub_allow, groups, n_jobs)
+        else:
+            ids, run_start, run_out_end = encode_on_processes(self.worker_spec(), buf, sub_start, sub_end, sub_allow,
+                                                              groups, n_jobs)
+        if len(groups) > 1:
+            clock.lap(f"specials+pretokenize+bpe ({policy.backend})")
+        return ids, (segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
+
+    def encode_fused(self, packed: PackedSegments, with_bounds: bool = True):
+        """``encode_packed`` for a call that needs no fan-out, as one compiled call."""
+        out = np.empty(packed.buf.shape[0], dtype=ID_DTYPE)  # an id covers >= 1 byte
+        n, run_start, run_out_end = self.stages.encode_packed(
+            packed.buf, packed.seg_start, packed.seg_end, packed.needs_cuts, packed.allow_special, self.flags, out
+        )
+        out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
+        return out, (segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
+
+    def shared_parts(self, packed: PackedSegments, min_part_bytes: int, shrink: int = 0) -> SharedParts:
+        """``packed`` cut into parts that threads take one at a time (``SharedParts.work``)."""
+        return SharedParts(self.stages, packed, self.flags, min_part_bytes, self.splits_after_newline, shrink)
+
+    def worker_spec(self) -> EncoderSpec:
+        """What a worker process needs to build these stages (the tables saved to be memory-mapped)."""
+        if self._worker_spec is None:
+            self._worker_spec = EncoderSpec.of(self.stages.tables, self._special_tokens, self._pattern,
+                                               self.policy.cache_dir)
+        return self._worker_spec
+
+    def profile(self, segments: Sequence, tiktoken_safe: bool, n_jobs: int) -> dict[str, float]:
+        """Seconds spent per stage for one call (stages run one by one)."""
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+        packed = self.pack(segments, tiktoken_safe)
+        timings["segments"] = time.perf_counter() - start
+        self.encode_packed(packed, n_jobs, timings)
+        return timings
+
+
+class StageClock:
+    """Records seconds per stage into ``timings`` when profiling; free otherwise."""
+
+    __slots__ = ("timings", "last")
+
+    def __init__(self, timings: dict | None) -> None:
+        self.timings = timings
+        self.last = time.perf_counter() if timings is not None else 0.0
+
+    def __bool__(self) -> bool:
+        """Whether stages are timed (the encoder then runs them one by one)."""
+        return self.timings is not None
+
+    def lap(self, stage: str) -> None:
+        if self.timings is not None:
+            now = time.perf_counter()
+            self.timings[stage] = now - self.last
+            self.last = now

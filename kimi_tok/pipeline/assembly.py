@@ -1,0 +1,126 @@
+"""Assembly: the stages after the tiktoken-safe cuts in one compiled call, into one ``uint32`` array.
+
+``SubstringEncoder`` holds what the stages of one vocabulary need (BPE tables, the
+special-token table, the pre-tokenizer, piece caches); it is all a worker needs (a thread
+shares the Tokenizer's, a worker process builds its own from memory-mapped tables).
+
+``encode_packed_fused`` runs everything from the packed segments on, the tiktoken-safe cuts
+included, as ONE compiled call: no Python between the stages, so the GIL stays free for
+another thread the whole time. ``encode_substrings_fused`` runs specials -> scanner -> BPE
+over sub-strings (one part or group of a fan-out). With a PCRE2 pre-tokenizer the stages run
+one by one (``SubstringEncoder.encode``). Every id covers at least one byte, so an output as
+long as the text's bytes always has room.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..native.jit import kernel
+from . import bpe
+from .chunking import cut_chunks, cut_substrings
+from .pretokenize import pretokenizer_for
+from .pretokenize.kimi_scanner import scan_runs
+from .specials import build_special_table, split_specials
+
+ID_DTYPE = np.uint32
+MIN_KEPT_PIECE_CACHES = 4  # piece caches kept between calls: at least this many, else one per core
+
+
+@kernel
+def cut_packed(buf, seg_start, seg_end, needs_cuts, allow_special, flags):
+    """The tiktoken-safe cuts of packed segments: ``(sub_start, sub_end, sub_allow)``."""
+    chunk_start, chunk_end, chunk_segment = cut_chunks(buf, seg_start, seg_end, needs_cuts)
+    sub_start, sub_end, sub_chunk = cut_substrings(buf, chunk_start, chunk_end, needs_cuts[chunk_segment], flags)
+    return sub_start, sub_end, allow_special[chunk_segment[sub_chunk]]
+
+
+@kernel
+def encode_substrings_fused(tables, specials, scan_table, buf, sub_start, sub_end, sub_allow, out, cache):
+    """Specials -> Kimi scanner -> BPE over sub-strings, in one call.
+
+    Writes the ids to ``out`` (at least as long as the sub-strings' bytes: every id covers a
+    byte or more); returns ``(n_ids, run_start, run_out_end)``.
+    """
+    run_start, run_end, run_special = split_specials(buf, sub_start, sub_end, sub_allow, specials)
+    first_piece, piece_end = scan_runs(buf, run_start, run_end, run_special, scan_table)
+    run_out_end = np.empty(run_start.shape[0], dtype=np.int64)
+    n = bpe.encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece_end, out, run_out_end,
+                        cache)
+    return n, run_start, run_out_end
+
+
+@kernel
+def encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg_end, needs_cuts, allow_special,
+                        out, cache):
+    """Chunking -> run cuts -> specials -> Kimi scanner -> BPE over packed segments, in one call
+    (``out`` at least ``buf.shape[0]`` long); returns ``(n_ids, run_start, run_out_end)``."""
+    sub_start, sub_end, sub_allow = cut_packed(buf, seg_start, seg_end, needs_cuts, allow_special, flags)
+    return encode_substrings_fused(tables, specials, scan_table, buf, sub_start, sub_end, sub_allow, out, cache)
+
+
+class SubstringEncoder:
+    """Special tokens, pre-tokenizer and BPE tables of one vocabulary, plus its piece caches."""
+
+    def __init__(self, tables: bpe.BpeTables, special_tokens: dict[str, int], pattern: str) -> None:
+        self.tables = tables
+        self.specials = build_special_table(special_tokens)
+        self.pretokenizer = pretokenizer_for(pattern)
+        self.piece_caches = bpe.PieceCachePool(
+            lambda: bpe.new_piece_cache(self.tables), keep=max(MIN_KEPT_PIECE_CACHES, os.cpu_count() or 1)
+        )
+
+    def runs_and_pieces(self, buf, sub_start, sub_end, sub_allow, clock=None):
+        """``(run_start, run_end, run_special, first_piece, piece_end)`` of some sub-strings."""
+        run_start, run_end, run_special = split_specials(buf, sub_start, sub_end, sub_allow, self.specials)
+        if clock:
+            clock.lap("specials")
+        first_piece, piece_end = self.pretokenizer.scan(buf, run_start, run_end, run_special)
+        if clock:
+            clock.lap("pretokenize")
+        return run_start, run_end, run_special, first_piece, piece_end
+
+    def encode(self, buf, sub_start, sub_end, sub_allow, clock=None):
+        """All stages fused on one worker: ``(ids, run_start, run_out_end)``.
+
+        With the Kimi scanner and no stages timed, one compiled call (``encode_substrings_fused``):
+        a thread of the fan-out then takes the GIL only to start and to end."""
+        if not clock and self.fuses:
+            n_subs = sub_start.shape[0]
+            out = np.empty(int(sub_end[-1] - sub_start[0]) if n_subs else 0, dtype=ID_DTYPE)  # an id covers >= 1 byte
+            with self.piece_caches.borrow() as cache:
+                n, run_start, run_out_end = encode_substrings_fused(
+                    self.tables, self.specials, self.pretokenizer.scan_table, buf, sub_start, sub_end, sub_allow, out,
+                    cache
+                )
+            out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
+            return out, run_start, run_out_end
+        run_start, run_end, run_special, first_piece, piece_end = self.runs_and_pieces(
+            buf, sub_start, sub_end, sub_allow, clock
+        )
+        n_runs = run_start.shape[0]
+        span = int(run_end[-1] - run_start[0]) if n_runs else 0
+        out = np.empty(bpe.max_ids(span, n_runs), dtype=ID_DTYPE)
+        run_out_end = np.empty(n_runs, dtype=np.int64)
+        with self.piece_caches.borrow() as cache:
+            n = bpe.encode_runs(self.tables, buf, run_start, run_end, run_special, first_piece, piece_end, out,
+                                run_out_end, cache)
+        if clock:
+            clock.lap("bpe")
+        out.resize((n,), refcheck=False)  # shrinks in place: no copy of the ids
+        return out, run_start, run_out_end
+
+    @property
+    def fuses(self) -> bool:
+        """Whether ``encode_packed`` can run: the pre-tokenizer is compiled (PCRE2 needs Python per match)."""
+        return self.pretokenizer.scan_table is not None
+
+    def encode_packed(self, buf, seg_start, seg_end, needs_cuts, allow_special, flags, out):
+        """Every stage from the packed segments on (their tiktoken-safe cuts included), in one
+        compiled call without the GIL; ids into ``out`` (at least ``buf.shape[0]`` long).
+        Returns ``(n_ids, run_start, run_out_end)``."""
+        with self.piece_caches.borrow() as cache:
+            return encode_packed_fused(self.tables, self.specials, self.pretokenizer.scan_table, flags, buf, seg_start,
+                                       seg_end, needs_cuts, allow_special, out, cache)

@@ -1,0 +1,13 @@
+"""Byte-pair encoding, compiled with numba: tables built once per vocabulary (``tables``), merging
+(``merge``), piece caches kept across calls (``piece_cache``), and the pass over a call's pieces
+(``encode``)."""
+
+from .encode import encode_runs, encode_unknown_piece, max_ids
+from .merge import new_merge_scratch
+from .piece_cache import PieceCache, PieceCachePool, new_piece_cache
+from .tables import (BpeTables, build_bpe_tables, cached_bpe_tables, find_token, lookup_token, map_tables,
+                     save_mappable_tables)
+
+__all__ = ["BpeTables", "PieceCache", "PieceCachePool", "build_bpe_tables", "cached_bpe_tables", "encode_runs",
+           "encode_unknown_piece", "find_token", "lookup_token", "map_tables", "max_ids", "new_merge_scratch",
+           "new_piece_cache", "save_mappable_tables"]

@@ -1,0 +1,189 @@
+"""Piece caches: merged pieces (piece bytes -> ids) kept across calls, lent to one call at a time.
+
+A repeated word is merged once. Short merged pieces go into the cache's copy of the
+short-token table, so one probe answers both "is it a token" and "was it merged before".
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import NamedTuple
+
+import numpy as np
+
+from ...native.hashing import EMPTY, hash_span, spans_equal
+from ...native.hugepages import empty_in_huge_pages
+from ...native.jit import index, leaf
+from .tables import MAX_PACKED_IDS, PACKED_COUNT_SHIFT, PACKED_ID_BITS, PACKED_ID_MASK, BpeTables, find_short_piece
+
+
+class PieceCache(NamedTuple):
+    """Merged pieces (piece bytes -> ids) kept across calls; one call at a time uses one.
+
+    Short pieces whose ids pack in a uint64 are added to the thread's copy of the
+    short-token table, so one probe answers both "is it a token" and "was it
+    merged before". Other pieces go to a general table whose keys and ids live in
+    fixed arenas. When a part is full it starts over, so memory stays at the size
+    ``new_piece_cache`` allocated.
+    """
+
+    slots: np.ndarray  # int64 entry index per slot, EMPTY if free
+    key_at: np.ndarray  # int64 offset of each entry's piece bytes in key_bytes
+    key_len: np.ndarray  # int64
+    ids_at: np.ndarray  # int64 offset of each entry's ids in ids
+    ids_len: np.ndarray  # int64
+    key_bytes: np.ndarray  # uint8 arena
+    ids: np.ndarray  # int32 arena
+    used: np.ndarray  # int64[4]: entries, key bytes, ids in use, short pieces added
+    short_slots: np.ndarray  # this thread's copy of BpeTables.short_slots plus merged short pieces
+
+
+ENTRIES, KEY_BYTES_USED, IDS_USED, SHORT_ADDED = 0, 1, 2, 3  # indices into PieceCache.used
+SHORT_ADDED_LIMIT_DIVISOR = 4  # merged short pieces fill at most 1/4 of the short table's slots
+PIECE_CACHE_ENTRIES = 1 << 17
+PIECE_CACHE_KEY_BYTES = 1 << 22
+PIECE_CACHE_IDS = 1 << 20
+
+
+def new_piece_cache(tables: BpeTables, entries: int = PIECE_CACHE_ENTRIES,
+                    key_bytes: int = PIECE_CACHE_KEY_BYTES, ids: int = PIECE_CACHE_IDS,
+                    short_slots: np.ndarray | None = None) -> PieceCache:
+    """An empty cache for one thread (about 14 MB plus a copy of the short-token table,
+    or ``short_slots``: such a copy made by the caller)."""
+    if entries < 1 or entries & (entries - 1):
+        raise ValueError(f"piece cache entries must be a power of two, not {entries}")
+    layout = [(2 * entries, np.int64), (entries, np.int64), (entries, np.int64), (entries, np.int64),
+              (entries, np.int64), (key_bytes, np.uint8), (ids, np.int32), (4, np.int64)]
+    if short_slots is None:
+        layout.append((tables.short_slots.shape, tables.short_slots.dtype))
+    arrays = empty_in_huge_pages(layout)  # probed at random: in huge pages (see hugepages.py)
+    if short_slots is None:
+        arrays[-1][...] = tables.short_slots
+    else:
+        arrays.append(short_slots)
+    cache = PieceCache(*arrays)
+    cache.slots.fill(EMPTY)
+    cache.used.fill(0)
+    return cache
+
+
+class PieceCachePool:
+    """Piece caches (or sets of them, one per route) lent to one call at a time: kernels write
+    to them, so no two calls share one.
+
+    A call borrows a free cache, or a new one when none is free; on return at most
+    ``keep`` caches are kept, so memory stays bounded however many threads call,
+    and a cache warmed by one thread serves the next call on any thread.
+    """
+
+    def __init__(self, make: Callable[[], PieceCache], keep: int) -> None:
+        self._make = make
+        self._keep = keep
+        self._free: list[PieceCache] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def borrow(self, make: bool = True):
+        """A cache for the ``with`` block, kept for later calls only if the block ends normally:
+        after an error or Ctrl-C a worker thread may still be writing to it. When none is free,
+        a new one, or None if not ``make`` (a new cache costs ~6 ms of page faults on a thread
+        whose allocator has no free memory; see ``add_spare``)."""
+        with self._lock:
+            cache = self._free.pop() if self._free else None
+        if cache is None:
+            if not make:
+                yield None
+                return
+            cache = self._make()
+        yield cache
+        self._put_back(cache)
+
+    def _put_back(self, cache: PieceCache) -> None:
+        with self._lock:
+            if len(self._free) < self._keep:
+                self._free.append(cache)
+
+    def add_spare(self) -> None:
+        """One more free cache, made now (on a thread with time to spare) for a later borrower."""
+        self._put_back(self._make())
+
+    def kept(self) -> list[PieceCache]:
+        """The caches kept between calls (for tests and inspection)."""
+        with self._lock:
+            return list(self._free)
+
+
+@leaf
+def _cache_find(cache, buf, start, end, h):
+    """``(entry or EMPTY, slot)`` for the piece ``buf[start:end]`` with hash ``h``."""
+    mask = cache.slots.shape[0] - 1
+    length = end - start
+    slot = np.int64(h & np.uint64(mask))
+    while True:
+        entry = cache.slots[index(slot)]
+        if entry == EMPTY:
+            return EMPTY, slot
+        if cache.key_len[index(entry)] == length and spans_equal(cache.key_bytes, cache.key_at[index(entry)], buf,
+                                                                 start, length):
+            return entry, slot
+        slot = (slot + 1) & mask
+
+
+@leaf
+def _cache_store(cache, slot, buf, start, end, ids, ids_start, ids_end):
+    """Remember ``ids[ids_start:ids_end]`` for the piece ``buf[start:end]`` at a free ``slot``."""
+    used = cache.used
+    length = end - start
+    n_ids = ids_end - ids_start
+    if length > cache.key_bytes.shape[0] or n_ids > cache.ids.shape[0]:
+        return
+    if (used[ENTRIES] == cache.key_at.shape[0] or used[KEY_BYTES_USED] + length > cache.key_bytes.shape[0]
+            or used[IDS_USED] + n_ids > cache.ids.shape[0]):
+        for k in range(cache.slots.shape[0]):  # full: start over
+            cache.slots[index(k)] = EMPTY
+        used[ENTRIES] = 0
+        used[KEY_BYTES_USED] = 0
+        used[IDS_USED] = 0
+        mask = cache.slots.shape[0] - 1
+        slot = np.int64(hash_span(buf, start, end) & np.uint64(mask))
+    entry = used[ENTRIES]
+    cache.slots[index(slot)] = entry
+    cache.key_at[index(entry)] = used[KEY_BYTES_USED]
+    cache.key_len[index(entry)] = length
+    for k in range(length):
+        cache.key_bytes[index(used[KEY_BYTES_USED] + k)] = buf[index(start + k)]
+    cache.ids_at[index(entry)] = used[IDS_USED]
+    cache.ids_len[index(entry)] = n_ids
+    for k in range(n_ids):
+        cache.ids[index(used[IDS_USED] + k)] = ids[index(ids_start + k)]
+    used[ENTRIES] += 1
+    used[KEY_BYTES_USED] += length
+    used[IDS_USED] += n_ids
+
+
+@leaf
+def _add_short_piece(tables, cache, key, slot, out, ids_start, ids_end):
+    """Add a merged short piece to this thread's short table if its ids pack; returns success.
+
+    Past ``SHORT_ADDED_LIMIT_DIVISOR`` the table is reset to the vocabulary's.
+    """
+    n_ids = ids_end - ids_start
+    if n_ids > MAX_PACKED_IDS:
+        return False
+    packed = np.uint64(n_ids) << np.uint64(PACKED_COUNT_SHIFT)
+    for k in range(n_ids):
+        if out[ids_start + k] > PACKED_ID_MASK:
+            return False
+        packed |= np.uint64(out[ids_start + k]) << np.uint64(PACKED_ID_BITS * k)
+    table = cache.short_slots
+    if cache.used[SHORT_ADDED] * SHORT_ADDED_LIMIT_DIVISOR >= (table.shape[0] >> 1):
+        for k in range(table.shape[0]):
+            table[k] = tables.short_slots[k]
+        cache.used[SHORT_ADDED] = 0
+        _, slot = find_short_piece(table, key)
+    table[2 * slot] = key
+    table[2 * slot + 1] = packed
+    cache.used[SHORT_ADDED] += 1
+    return True

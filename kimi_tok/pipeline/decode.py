@@ -1,0 +1,152 @@
+"""Decoding: ids back to bytes and text, and look-ups between ids and token strings.
+
+Every id's bytes (mergeable tokens and special tokens alike) lie in one buffer with dense
+offsets (``Decoder``), so decoding gathers spans in one compiled call; no Python object per
+id. ``id_to_token``/``token_to_id`` spell mergeable tokens in GPT-2's byte-level alphabet, as
+Hugging Face shows them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..native.jit import kernel
+from ..vocab.files import Vocabulary
+from .bpe import BpeTables, lookup_token
+
+
+@kernel
+def gather_bytes(ids, all_bytes, all_offsets):
+    """The bytes of ``ids`` (valid ids) back to back."""
+    total = 0
+    for t in ids:
+        total += all_offsets[t + 1] - all_offsets[t]
+    out = np.empty(total, dtype=np.uint8)
+    at = 0
+    for t in ids:
+        start = all_offsets[t]
+        length = all_offsets[t + 1] - start
+        out[at:at + length] = all_bytes[start:start + length]
+        at += length
+    return out
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's printable alphabet for bytes, used by ``id_to_token``/``token_to_id`` (as HF does)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+BYTE_TO_CHAR = _bytes_to_unicode()
+CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
+
+
+def byte_level(token: bytes) -> str:
+    """``token`` in GPT-2's printable byte alphabet, as tokenizer.json spells vocabulary entries.
+
+    >>> byte_level(b" hello")
+    'Ġhello'
+    """
+    return "".join(BYTE_TO_CHAR[b] for b in token)
+
+
+class Decoder:
+    """The bytes of every id of a vocabulary and its special tokens, for decoding and look-ups."""
+
+    def __init__(self, vocabulary: Vocabulary, special_tokens: dict[str, int], tables: BpeTables) -> None:
+        n_ranks = vocabulary.token_offsets.shape[0] - 1
+        self._tables = tables
+        self._special_tokens = special_tokens
+        self.n_vocab = max([n_ranks - 1, *special_tokens.values()]) + 1
+        specials = sorted(special_tokens.items(), key=lambda kv: kv[1])
+        lengths = np.zeros(self.n_vocab, dtype=np.int64)
+        lengths[:n_ranks] = np.diff(vocabulary.token_offsets)
+        self.is_special = np.zeros(self.n_vocab, dtype=np.bool_)
+        self.is_valid = np.zeros(self.n_vocab, dtype=np.bool_)
+        self.is_valid[:n_ranks] = True
+        for text, id_ in specials:
+            lengths[id_] = len(text.encode("utf-8"))
+            self.is_special[id_] = True
+            self.is_valid[id_] = True
+        self.all_offsets = np.zeros(self.n_vocab + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self.all_offsets[1:])
+        self.all_bytes = np.empty(self.all_offsets[-1], dtype=np.uint8)
+        self.all_bytes[: vocabulary.token_bytes.shape[0]] = vocabulary.token_bytes
+        for text, id_ in specials:
+            self.all_bytes[self.all_offsets[id_]:self.all_offsets[id_ + 1]] = np.frombuffer(
+                text.encode("utf-8"), dtype=np.uint8
+            )
+
+    def check_ids(self, ids) -> np.ndarray:
+        """``ids`` as an int64 array of valid ids; ``TypeError``/``ValueError`` name the first bad one."""
+        if isinstance(ids, (str, bytes, bytearray, memoryview)) or ids is None:
+            raise TypeError(f"ids must be a sequence of ints or an integer array, not {type(ids).__name__}")
+        try:
+            array = np.asarray(ids)
+        except (TypeError, ValueError):  # e.g. a ragged nested list
+            raise TypeError(f"ids must be a 1-D sequence of ints, not a nested {type(ids).__name__}") from None
+        if array.ndim != 1:
+            raise TypeError(f"ids must be a 1-D sequence of ints, got shape {array.shape}")
+        if array.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        if array.dtype.kind not in "iu":  # floats, bools, objects, strings, timedelta64 ...
+            if isinstance(ids, np.ndarray):
+                raise TypeError(f"ids must be ints, got an array of dtype {array.dtype}")
+            for i, value in enumerate(ids):  # a Python sequence: name the first item that is wrong
+                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                    raise TypeError(f"ids[{i}] = {value!r} is a {type(value).__name__}, not an int")
+                if not 0 <= value < self.n_vocab:
+                    raise ValueError(f"ids[{i}] = {value} is not a token id of this vocabulary")
+            array = np.array([int(value) for value in ids], dtype=np.int64)  # e.g. uint64 and int64 items
+        bad = array >= self.n_vocab  # compared in the array's own dtype: no wrap-around of uint64
+        if array.dtype.kind == "i":
+            bad |= array < 0
+        if not bad.any():
+            array = array.astype(np.int64, copy=False)
+            bad = ~self.is_valid[array]
+        if bad.any():
+            where = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"ids[{where}] = {array[where]} is not a token id of this vocabulary")
+        return array
+
+    def is_token(self, id_: int) -> bool:
+        """Whether ``id_`` (an int) is a mergeable or special token of this vocabulary."""
+        return 0 <= id_ < self.n_vocab and bool(self.is_valid[id_])
+
+    def decode_bytes(self, ids) -> bytes:
+        return gather_bytes(self.check_ids(ids), self.all_bytes, self.all_offsets).tobytes()
+
+    def token_bytes(self, id_: int) -> bytes:
+        """The bytes of one valid id."""
+        return self.all_bytes[self.all_offsets[id_]:self.all_offsets[id_ + 1]].tobytes()
+
+    def token_to_id(self, token: str) -> int | None:
+        if not isinstance(token, str):
+            raise TypeError(f"token must be a str, not {type(token).__name__}")
+        if token in self._special_tokens:
+            return self._special_tokens[token]
+        try:
+            raw = bytes(CHAR_TO_BYTE[c] for c in token)
+        except (KeyError, TypeError):
+            return None
+        if not raw:
+            return None
+        rank = lookup_token(self._tables, np.frombuffer(raw, dtype=np.uint8))
+        return None if rank < 0 else int(rank)
+
+    def id_to_token(self, id_: int) -> str | None:
+        if not isinstance(id_, (int, np.integer)):
+            raise TypeError(f"id must be an int, not {type(id_).__name__}")
+        if isinstance(id_, bool) or not self.is_token(int(id_)):
+            return None
+        raw = self.token_bytes(int(id_))
+        if self.is_special[id_]:
+            return raw.decode("utf-8")
+        return byte_level(raw)

@@ -1,0 +1,237 @@
+"""The public facade: ``Tokenizer``.
+
+A Tokenizer hands each call to its engine (``engine.Engine``: how one call runs over the
+pipeline's stages) or, with a segment cache, to the reuse layer in front of it
+(``reuse.SegmentReuse``), and decodes with ``pipeline.decode.Decoder``. The call path and the
+layers: docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .encoding import Encoding
+from .engine import Engine, Policy
+from .native.hugepages import in_huge_pages
+from .pipeline.bpe import BpeTables, cached_bpe_tables
+from .pipeline.decode import Decoder
+from .reuse import SegmentReuse
+from .vocab import KIMI_PATTERN, Vocabulary, check_special_tokens
+
+Segments = Sequence[tuple[str, bool]]
+
+
+class Tokenizer:
+    """An exact tiktoken-compatible BPE tokenizer (Kimi K3 by default).
+
+    ``policy`` (``kimi_tok.Policy``) decides how calls run: ``n_jobs`` threads (or processes) share
+    one long call, the segment cache's budget, the fan-out thresholds. ``n_jobs``,
+    ``segment_cache_bytes``, ``backend`` and ``hash_routing`` build one with
+    ``Policy.from_env`` when no policy is given. The ids are the same whatever the policy.
+
+    >>> tok = kimi_tok.kimi_k3()
+    >>> tok.encode_segments([("<|open|>", True), ("message", False)]).ids
+    [163587, 2778]
+    """
+
+    def __init__(
+        self,
+        vocabulary: Vocabulary,
+        special_tokens: dict[str, int] | None = None,
+        pattern: str = KIMI_PATTERN,
+        name: str = "kimi_k3",
+        n_jobs: int | None = None,
+        segment_cache_bytes: int | None = Policy.segment_cache_bytes,
+        backend: str | None = None,
+        hash_routing: bool = False,
+        *,
+        policy: Policy | None = None,
+    ) -> None:
+        if policy is None:
+            policy = Policy.from_env(n_jobs, segment_cache_bytes, backend, hash_routing)
+        elif not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a kimi_tok.Policy, not {type(policy).__name__}")
+        if not isinstance(pattern, str):
+            raise TypeError(f"pattern must be a str, not {type(pattern).__name__}")
+        self.policy = policy
+        self.name = name
+        self.pattern = pattern
+        self.vocabulary = vocabulary
+        self._special_tokens = check_special_tokens(special_tokens, vocabulary.token_offsets.shape[0] - 1)
+        tables = cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets, policy.cache_dir)
+        tables = BpeTables(*in_huge_pages(tables))  # probed at random: see native/hugepages.py
+        self._engine = Engine(tables, self._special_tokens, pattern, policy)
+        self._reuse = SegmentReuse(self._engine, policy) if policy.segment_cache_bytes else None
+        self._decoder = Decoder(vocabulary, self._special_tokens, tables)
+        self.n_vocab: int = self._decoder.n_vocab
+
+    # -- settings ---------------------------------------------------------------
+
+    @property
+    def n_jobs(self) -> int:
+        return self.policy.n_jobs
+
+    @property
+    def backend(self) -> str:
+        return self.policy.backend
+
+    @property
+    def hash_routing(self) -> bool:
+        return self.policy.hash_routing
+
+    @property
+    def segment_cache(self):
+        """The exact segment cache (``reuse.SegmentCache``), or None when it is off."""
+        return self._reuse.cache if self._reuse is not None else None
+
+    @property
+    def engine(self) -> Engine:
+        """How calls run over the stages: what the reuse layer, interop and corpora build on."""
+        return self._engine
+
+    # -- encoding -----------------------------------------------------------------
+
+    def encode(self, text: str, allow_special: bool = False, tiktoken_safe: bool = True) -> Encoding:
+        """Encode one text; ``allow_special`` makes special-token text control tokens.
+
+        >>> kimi_tok.kimi_k3().encode("<|open|>", allow_special=True).ids
+        [163587]
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        _check_flag("allow_special", allow_special)
+        return self.encode_segments([(text, allow_special)], tiktoken_safe=tiktoken_safe)
+
+    def encode_segments(self, segments: Segments, add_special_tokens: bool = False,
+                        tiktoken_safe: bool = True) -> Encoding:
+        """Encode ``(text, allow_special)`` segments, each on its own, as the reference does.
+
+        ``tiktoken_safe=True`` reproduces the official tokenizer's 400k/25k chunking (exact parity);
+        ``add_special_tokens`` is accepted for serving code and changes nothing (K3 adds no BOS/EOS).
+        Segments seen before are served from the segment cache (exact: ``reuse.segment_cache``).
+
+        >>> tok.encode_segments([("<|open|>", True), ("hi", False)]).ids
+        [163587, 9663]
+        """
+        _check_flag("add_special_tokens", add_special_tokens)
+        _check_flag("tiktoken_safe", tiktoken_safe)
+        return Encoding(self._run(segments, bool(tiktoken_safe), want_ids=True).ids, self._decoder.is_special.__getitem__)
+
+    def encode_to_numpy(self, segments: Segments, tiktoken_safe: bool = True) -> np.ndarray:
+        """``encode_segments(...).into_numpy()["ids"]`` in one call."""
+        return self.encode_segments(segments, tiktoken_safe=tiktoken_safe).into_numpy()["ids"]
+
+    def count_tokens(self, segments: Segments | str, tiktoken_safe: bool = True) -> int:
+        """The number of ids ``encode_segments`` would return (a ``str`` counts as ordinary text).
+
+        >>> kimi_tok.kimi_k3().count_tokens("hello world")
+        2
+        """
+        _check_flag("tiktoken_safe", tiktoken_safe)
+        if isinstance(segments, str):
+            segments = [(segments, False)]
+        return self._run(segments, bool(tiktoken_safe), want_ids=False).n_ids
+
+    def encode_with_bounds(self, segments: Segments, tiktoken_safe: bool = True,
+                           n_jobs: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, bounds)`` of ``segments`` without the segment cache: segment ``i``'s ids are
+        ``ids[bounds[i]:bounds[i + 1]]`` (corpora encode each document once).
+
+        >>> ids, bounds = tok.encode_with_bounds([("hello", False), (" world", False)])
+        >>> bounds.tolist()
+        [0, 1, 2]
+        """
+        _check_flag("tiktoken_safe", tiktoken_safe)
+        return self._engine.encode_with_bounds(segments, bool(tiktoken_safe), n_jobs)
+
+    def profile_segments(self, segments: Segments, tiktoken_safe: bool = True,
+                         n_jobs: int | None = 1) -> dict[str, float]:
+        """Seconds spent per pipeline stage for one call (one thread by default, None: the policy's
+        ``n_jobs``; no segment cache)."""
+        _check_flag("tiktoken_safe", tiktoken_safe)
+        if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1):
+            raise ValueError(f"n_jobs must be a positive int or None, not {n_jobs!r}")
+        return self._engine.profile(segments, bool(tiktoken_safe), n_jobs or self.policy.n_jobs)
+
+    def _run(self, segments: Segments, tiktoken_safe: bool, want_ids: bool):
+        runner = self._reuse if self._reuse is not None else self._engine
+        return runner.encode(segments, tiktoken_safe, want_ids)
+
+    # -- decoding and vocabulary ---------------------------------------------------
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The bytes of ``ids`` concatenated; ``ValueError`` for an id outside the vocabulary."""
+        return self._decoder.decode_bytes(ids)
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """The text of ``ids``; invalid UTF-8 (a token cut mid-character) becomes U+FFFD.
+
+        >>> tok.decode(tok.encode("héllo").ids)
+        'héllo'
+        """
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def token_bytes(self, id: int) -> bytes:
+        """The bytes of one token id."""
+        return self.decode_bytes([id])
+
+    def token_to_id(self, token: str) -> int | None:
+        """Id of a special token's text, or of a token in the byte-level form ``id_to_token`` gives."""
+        return self._decoder.token_to_id(token)
+
+    def id_to_token(self, id: int) -> str | None:
+        """A special token's text, or a token's bytes in GPT-2's byte-level alphabet (as HF shows them)."""
+        return self._decoder.id_to_token(id)
+
+    def is_token(self, id: int) -> bool:
+        """Whether ``id`` is a mergeable or special token of this vocabulary."""
+        return self._decoder.is_token(id)
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """``{text: id}`` of the special tokens (a copy)."""
+        return dict(self._special_tokens)
+
+    def mergeable_ranks(self) -> dict[bytes, int]:
+        """tiktoken's ``{token bytes: rank}`` of the mergeable (non-special) tokens.
+
+        >>> kimi_tok.kimi_k3().mergeable_ranks()[b"hello"]
+        22931
+        """
+        data = self.vocabulary.token_bytes.tobytes()
+        offsets = self.vocabulary.token_offsets.tolist()
+        return {data[offsets[r]:offsets[r + 1]]: r for r in range(len(offsets) - 1)}
+
+    def __repr__(self) -> str:
+        kind = type(self._engine.stages.pretokenizer).__name__
+        return (f"Tokenizer(name={self.name!r}, n_vocab={self.n_vocab}, specials={len(self._special_tokens)}, "
+                f"pretokenizer={kind})")
+
+    # -- interop ----------------------------------------------------------------------
+
+    def as_tiktoken(self) -> Any:
+        """A ``tiktoken.Encoding`` drop-in (``interop.tiktoken_compat.TiktokenEncoding``).
+
+        >>> kimi_tok.kimi_k3().as_tiktoken().encode("<|sep|>", allowed_special="all")
+        [163589]
+        """
+        from .interop.tiktoken_compat import TiktokenEncoding
+
+        return TiktokenEncoding(self)
+
+    def to_tokenizer_json(self, path: str | None = None) -> dict[str, Any]:
+        """A Hugging Face ``tokenizer.json`` as a dict, also written to ``path`` if given (``interop.hf``).
+
+        >>> kimi_tok.kimi_k3().to_tokenizer_json("tokenizer.json")  # doctest: +SKIP
+        """
+        from .interop.hf import tokenizer_json
+
+        return tokenizer_json(self, path)
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")

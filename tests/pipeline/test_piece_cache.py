@@ -1,0 +1,59 @@
+"""The per-thread piece cache (bpe.PieceCache): exact ids while it fills, starts over and persists."""
+
+from __future__ import annotations
+
+import kimi_tok
+from kimi_tok.pipeline import bpe
+from kimi_tok.samples import sample_prompt
+
+from tests.parity import assert_parity
+
+
+def _tokenizer_with_tiny_cache(entries: int, key_bytes: int, ids: int) -> kimi_tok.Tokenizer:
+    vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
+    tok = kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, n_jobs=1, segment_cache_bytes=0)
+    tok.engine.stages.piece_caches = bpe.PieceCachePool(
+        lambda: bpe.new_piece_cache(tok.engine.stages.tables, entries=entries, key_bytes=key_bytes, ids=ids), keep=1
+    )
+    return tok
+
+
+def _kept_cache(tok: kimi_tok.Tokenizer) -> bpe.PieceCache:
+    (cache,) = tok.engine.stages.piece_caches.kept()
+    return cache
+
+
+def test_cache_that_keeps_starting_over_gives_reference_ids(ref):
+    tok = _tokenizer_with_tiny_cache(entries=16, key_bytes=256, ids=64)
+    for seed in range(3):
+        assert_parity(tok, ref, sample_prompt(60_000, seed=seed))
+    assert _kept_cache(tok).used[0] <= 16
+
+
+def test_pieces_larger_than_the_arenas_are_merged_but_not_stored(ref):
+    tok = _tokenizer_with_tiny_cache(entries=16, key_bytes=64, ids=8)
+    assert_parity(tok, ref, [(" " * 5000 + "x" + "ab" * 3000, False)])
+
+
+def test_cache_persists_across_calls_and_stays_exact(ref):
+    tok = _tokenizer_with_tiny_cache(entries=1 << 12, key_bytes=1 << 16, ids=1 << 14)
+    segments = sample_prompt(40_000, seed=7)
+    first = assert_parity(tok, ref, segments)
+    stored = int(_kept_cache(tok).used[0])
+    assert stored > 0
+    assert tok.encode_segments(segments).ids == first  # served from the cache now
+    assert int(_kept_cache(tok).used[0]) == stored  # nothing merged twice
+
+
+def test_pool_keeps_a_bounded_number_of_caches_under_many_threads(ref):
+    """32 threads at once borrow up to 32 caches, but only ``keep`` stay after the calls."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tok = _tokenizer_with_tiny_cache(entries=1 << 10, key_bytes=1 << 14, ids=1 << 12)
+    tok.engine.stages.piece_caches = bpe.PieceCachePool(lambda: bpe.new_piece_cache(tok.engine.stages.tables), keep=3)
+    prompts = [sample_prompt(20_000, seed=s) for s in range(8)]
+    expected = [ref.encode_segments(p) for p in prompts]
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        got = list(pool.map(lambda k: tok.encode_segments(prompts[k % 8]).ids, range(64)))
+    assert all(g == expected[k % 8] for k, g in enumerate(got))
+    assert len(tok.engine.stages.piece_caches.kept()) <= 3
