@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("encode", help="print token ids (JSON) or write them (--out ids.npy / ids.json)",
                        description="Print the token ids of a text, a segments list, or each line of a JSONL file.")
     _add_text_input(p)
-    p.add_argument("--out", help="write the ids here: a .npy file (uint32), or JSON for any other name")
+    p.add_argument("-o", "--out", help="write the ids here: a .npy file (uint32), or JSON for any other name")
     p.set_defaults(func=cmd_encode)
 
     p = sub.add_parser("count", help="print the number of tokens",
@@ -384,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print the text of token ids from a .npy file or a JSON list.")
     p.add_argument("input", nargs="?", default=STDIN, help="a .npy file, a JSON file of ids, or - for stdin (the default)")
     p.add_argument("--jsonl", action="store_true", help="one JSON list of ids per line; prints one JSON string per line")
-    p.add_argument("--out", help="write the text here instead of stdout")
+    p.add_argument("-o", "--out", help="write the text here instead of stdout")
     p.set_defaults(func=cmd_decode)
 
     p = sub.add_parser("verify", help="check kimi_tok's ids against tiktoken on generated prompts",
@@ -409,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "interrupted run. With --scheduler the shards are encoded on a Dask cluster whose "
                                    "workers see the inputs and --out at the same paths (a shared filesystem).")
     p.add_argument("inputs", nargs="+", metavar="IN", help="JSONL files")
-    p.add_argument("--out", required=True, metavar="DIR", help="the output directory (new, empty, or a run to resume)")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="the output directory (new, empty, or a run to resume)")
     p.add_argument("--text-field", default="text", metavar="NAME", help="the field holding each document's text (default text)")
     p.add_argument("--segments-field", metavar="NAME",
                    help="read a rendered chat, [[text, allow_special], ...], from this field instead of a text")

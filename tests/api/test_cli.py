@@ -125,6 +125,23 @@ def test_decode_round_trips(tok, files):
     assert decoded == ["plain <|sep|>\u2028\x85", "".join(t for t, _ in CHAT), ""]
 
 
+def test_o_is_the_short_form_of_out(tok, files):
+    """Every subcommand with ``--out`` takes ``-o`` too; one real run writes with it."""
+    from kimi_tok.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    with_out = {name for name, sub in commands.items() if any("--out" in a.option_strings for a in sub._actions)}
+    assert with_out == {"encode", "decode", "corpus"}
+    for name in with_out:
+        (action,) = [a for a in commands[name]._actions if "--out" in a.option_strings]
+        assert action.option_strings == ["-o", "--out"], name
+        args = parser.parse_args([name, "input.jsonl", "-o", "somewhere"])
+        assert args.out == "somewhere"
+    ok("encode", "--segments", str(files / "chat.json"), "-o", str(files / "short.npy"))
+    assert np.load(files / "short.npy").tolist() == tok.encode_segments([tuple(s) for s in CHAT]).ids
+
+
 def write(path: Path, content: bytes) -> str:
     path.write_bytes(content)
     return str(path)
