@@ -44,7 +44,17 @@ def kimi_k3(
 @lru_cache(maxsize=8)
 def _kimi_k3(policy: Policy) -> Tokenizer:
     vocabulary, specials = embedded_kimi_k3()
-    return Tokenizer(vocabulary, specials, KIMI_PATTERN, name="kimi_k3", policy=policy)
+    tok = Tokenizer(vocabulary, specials, KIMI_PATTERN, name="kimi_k3", policy=policy)
+    tok._origin = (rebuild_kimi_k3, (KIMI_K3_SHA256,))
+    return tok
+
+
+def rebuild_kimi_k3(sha256: str, policy: dict) -> Tokenizer:
+    """An unpickled ``kimi_k3()`` Tokenizer: this package's copy, if it is the same vocabulary."""
+    if sha256 != KIMI_K3_SHA256:
+        raise ValueError(f"the pickled Kimi K3 Tokenizer has vocabulary sha256 {sha256}; this kimi_tok ships "
+                         f"{KIMI_K3_SHA256}: install the same kimi_tok version on both sides")
+    return kimi_k3(policy=Policy(**policy))
 
 
 kimi_k3.cache_clear = _kimi_k3.cache_clear  # type: ignore[attr-defined]
@@ -81,7 +91,33 @@ def load(
             kimi_k3_special_tokens() if sha256 == KIMI_K3_SHA256 else {})
     elif not isinstance(special_tokens, dict):
         raise TypeError(f"special_tokens must be a dict or a path, not {type(special_tokens).__name__}")
-    return Tokenizer(vocabulary, special_tokens, pattern or KIMI_PATTERN, name=Path(path).stem, policy=policy)
+    tok = Tokenizer(vocabulary, special_tokens, pattern or KIMI_PATTERN, name=Path(path).stem, policy=policy)
+    tok._origin = _file_origin(str(Path(path).absolute()), sha256, tok)
+    return tok
+
+
+def _file_origin(path: str, sha256: str, tok: Tokenizer) -> tuple:
+    """How to make ``tok`` again from its file (K3's 256 special tokens go as None: they are known)."""
+    k3_specials = sha256 == KIMI_K3_SHA256 and tok.special_tokens == kimi_k3_special_tokens()
+    return rebuild_loaded, (path, sha256, tok.pattern, None if k3_specials else tok.special_tokens)
+
+
+def rebuild_loaded(path: str, sha256: str, pattern: str, special_tokens: dict[str, int] | None,
+                   policy: dict) -> Tokenizer:
+    """An unpickled ``load()`` Tokenizer: ``load(path)`` again, one per process for each, if the
+    file still has ``sha256`` (``ValueError`` naming it otherwise); ``special_tokens`` None: K3's."""
+    specials = tuple((special_tokens if special_tokens is not None else kimi_k3_special_tokens()).items())
+    return _loaded(path, sha256, pattern, specials, Policy(**policy))
+
+
+@lru_cache(maxsize=8)
+def _loaded(path: str, sha256: str, pattern: str, specials: tuple, policy: Policy) -> Tokenizer:
+    tok = load(path, pattern, dict(specials), policy=policy)
+    found = tok._origin[1][1]
+    if found != sha256:
+        raise ValueError(f"{path}: the vocabulary changed since the Tokenizer was pickled "
+                         f"(sha256 {found}, expected {sha256})")
+    return tok
 
 
 def from_tiktoken(encoding, *, policy: Policy | None = None) -> Tokenizer:

