@@ -1,25 +1,27 @@
-"""Agent-loop benchmark: a prompt that grows turn by turn to ~1M tokens, re-encoded every turn.
+"""Agent-loop benchmark: a prompt of real text that grows turn by turn to ~1M tokens, re-encoded every turn.
 
 Run from the repo root::
 
     python -m bench.agent_loop                     # 30 turns up to ~1M tokens
     python -m bench.agent_loop --quick             # 8 turns up to ~100k tokens
-    python -m bench.agent_loop --turns 20 --target-tokens 500_000 --json out.json
+    python -m bench.agent_loop --turns 20 --target-tokens 500_000 --json bench/results/agent_loop.json
+    python -m bench.agent_loop --text synthetic    # the old conversation of kimi_tok.samples text
 
-Turn 0 is a rendered K3 agentic chat (``sample_prompt``). Every later turn appends fresh
-segments -- an assistant message that thinks and calls a tool, the tool's output, and an
-observation message -- all rendered with ``render_chat`` from new ``sample_text`` (distinct
-seeds, so no appended text repeats; literal control strings are mixed in). The prefix is the
-previous turn's segments, re-rendered as equal but *distinct* ``str`` objects (outside the
-timed region), as a serving stack that re-renders the prompt every turn would hand them over:
-the segment cache has to hash and compare the text, not just find the same object.
+Turn 0 is a rendered K3 agentic chat of real text from this machine (``bench/realtext.py``:
+stdlib code, licenses and changelogs, JSON, id lists, gettext catalogs in many languages, literal
+control strings). Every later turn appends fresh segments -- an assistant message that thinks
+and calls a tool, the tool's output, and an observation message -- rendered with
+``render_chat`` from text no earlier turn used. The prefix is the previous turn's segments,
+re-rendered as equal but *distinct* ``str`` objects (outside the timed region), as a serving
+stack that re-renders the prompt every turn would hand them over: the segment cache has to hash
+and compare the text, not just find the same object.
 
 Per turn we time:
 
 * ``kimi_tok cached``: ``kimi_k3()`` with the segment cache, kept across turns.
 * ``kimi_tok no cache``: ``kimi_k3(segment_cache_bytes=0)``, median of ``--repeats`` calls.
 * ``tiktoken``: the reference path (``tests.reference.Reference().encode_segments``), once.
-* ``basetenkenizer`` (when installed; loaded through ``bench.bench``).
+* ``basetenkenizer`` (when installed; ``bench.peers``).
 
 Cached kimi_tok and basetenkenizer keep state across calls (the segment cache; basetenkenizer's
 own caches), so a repeat within a turn would be faster than the call a server really makes.
@@ -27,7 +29,8 @@ Each of them runs as ``--repeats`` independent instances, every instance fed eve
 with its own copy of the prompt; the median of those first calls is reported.
 
 The ids of every encoder are checked equal at every turn. At the last turn we also time
-``count_tokens`` (cache warm, new ``str`` objects; and without a cache).
+``count_tokens`` (cache warm, new ``str`` objects; and without a cache). The plot goes to
+``bench/results/agent_loop.png``.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import kimi_tok  # noqa: E402
 from bench.bench import (  # noqa: E402
+    RESULTS_DIR,
     IdMismatch,
     check_same_ids,
     format_markdown_table,
@@ -62,6 +66,7 @@ from bench.bench import (  # noqa: E402
     save_plot,
     rss_bytes,
 )
+from bench import realtext  # noqa: E402
 from kimi_tok.samples import render_chat, sample_prompt, sample_text  # noqa: E402
 
 Segment = tuple[str, bool]
@@ -79,14 +84,24 @@ SEED_BASE = 7_000_000  # appended texts use seeds SEED_BASE + 16 * turn + k: dis
 # --------------------------------------------------------------------------------------------
 
 
-def chars_per_token(encode_count: Callable[[Segments], int]) -> float:
-    """Calibrate: chars per token of the sample corpus (denser than English: scripts, hashes)."""
-    segments = sample_prompt(400_000, seed=4_242_424)
+def chars_per_token(encode_count: Callable[[Segments], int], text: str = "real") -> float:
+    """Calibrate: chars per token of the conversation's text (real text is denser than English:
+    scripts, hashes)."""
+    if text == "real":
+        segments = realtext.real_prompt(_pool().drawer(4_242_424), 400_000)
+    else:
+        segments = sample_prompt(400_000, seed=4_242_424)
     return sum(len(t) for t, _ in segments) / encode_count(segments)
 
 
+def _pool() -> realtext.Pool:
+    if not hasattr(_pool, "pool"):
+        _pool.pool = realtext.Pool.load()
+    return _pool.pool
+
+
 def appended_segments(turn: int, n_chars: int) -> list[Segment]:
-    """Turn ``turn``'s new segments: assistant think + tool call, tool output, an observation."""
+    """Synthetic turn ``turn``'s new segments: assistant think + tool call, tool output, an observation."""
     rng = random.Random(SEED_BASE + turn)
     text = {
         kind: sample_text(max(1, int(n_chars * share)), seed=SEED_BASE + 16 * turn + k)
@@ -111,10 +126,20 @@ def rerender(segments: Segments) -> list[Segment]:
     return [((text + " ")[:-1], allow) for text, allow in segments]
 
 
-def conversation(turns: int, total_chars: int, seed: int) -> list[list[Segment]]:
-    """The segments of every turn: turn 0 a rendered chat, then appends of equal size."""
+def conversation(turns: int, total_chars: int, seed: int, text: str = "real") -> list[list[Segment]]:
+    """The segments of every turn: turn 0 a rendered chat, then appends of equal size; ``text``
+    is ``"real"`` (fresh text from the real-text pool, no block twice) or ``"synthetic"``."""
     first = max(4_000, total_chars // turns)
     per_turn = max(1_000, (total_chars - first) // max(1, turns - 1))
+    if text == "real":
+        drawer = _pool().drawer(seed)
+        out = [realtext.real_prompt(drawer, first)]
+        for turn in range(1, turns):
+            out.append(out[-1] + render_chat(realtext.turn_messages(drawer, turn, per_turn, SHARE)))
+        if drawer.wrapped:
+            print(f"note: the real-text pool ran out of {', '.join(sorted(drawer.wrapped))}; later turns reuse "
+                  "its blocks in a new order", file=sys.stderr)
+        return out
     out = [sample_prompt(first, seed=seed)]
     for turn in range(1, turns):
         out.append(out[-1] + appended_segments(turn, per_turn))
@@ -191,13 +216,13 @@ def run(args: argparse.Namespace) -> tuple[list[TurnResult], dict]:
     for tok in cached:
         tok.segment_cache.clear()
 
-    ratio = chars_per_token(plain.count_tokens)
+    ratio = chars_per_token(plain.count_tokens, args.text)
     total_chars = int(args.target_tokens * ratio)
     t0 = time.perf_counter()
-    turns = conversation(args.turns, total_chars, args.seed)
+    turns = conversation(args.turns, total_chars, args.seed, args.text)
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.turns} turns to ~{args.target_tokens:,} "
-        f"tokens (corpus: {ratio:.2f} chars/token -> {total_chars:,} chars; built in "
+        f"tokens ({args.text} text: {ratio:.2f} chars/token -> {total_chars:,} chars; built in "
         f"{time.perf_counter() - t0:.1f} s); repeats={args.repeats}; encoders: " + ", ".join(order)
     )
 
@@ -350,7 +375,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--encoders", default=f"{TIKTOKEN},{BASETEN}", help="baselines to run besides kimi_tok")
     p.add_argument("--seed", type=int, default=2024)
     p.add_argument("--target-x", type=float, default=20.0, help="speedup vs basetenkenizer to reach")
-    p.add_argument("--plot", default=str(REPO_ROOT / "bench" / "agent_loop.png"))
+    p.add_argument("--text", choices=("real", "synthetic"), default="real",
+                   help="real text from this machine (bench/realtext.py) or kimi_tok.samples text")
+    p.add_argument("--plot", default=str(RESULTS_DIR / "agent_loop.png"))
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--json", metavar="PATH", help="save results as JSON")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table")

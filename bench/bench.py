@@ -1,28 +1,51 @@
-"""Headline benchmark: encode rendered Kimi K3 prompts with kimi_tok, tiktoken and basetenkenizer.
+"""The benchmark on real text: kimi_tok beside every peer, ids checked equal every round.
 
 Run from the repo root::
 
-    python -m bench.bench                          # sizes 1k,10k,100k,1M tokens, 5 rounds
-    python -m bench.bench --quick
-    python -m bench.bench --encoders tiktoken,basetenkenizer --sizes 1k,100k --rounds 3
+    python -m bench.bench                        # all three parts, a few minutes on 2 cores
+    python -m bench.bench --quick                # small and fast, for a smoke check
+    python -m bench.bench --kinds code,ja --peers gigatoken,basetenkenizer --rounds 3 --sizes 1k,100k
+    python -m bench.bench --profile              # also where kimi_tok's time goes, per kind
 
-A "size" is token-ish: ``1k`` means a prompt of about 4,000 characters. Every round renders a
-NEW prompt (``sample_prompt(n_chars, seed=round + 1000 * size_index)``), every encoder encodes
-that same prompt, and their ids must be identical. We report the median time over rounds.
+Three parts, each printed as a markdown table:
+
+1. **Per kind, one thread** (MB/s of UTF-8): each kind of real text from this machine
+   (``bench/realtext.py``: code, prose, JSON, ids/hashes, Japanese, Chinese, Korean, Thai, Hindi,
+   Arabic, German, literal control strings) encoded as one plain text, special-token strings as
+   text, no tiktoken-safe chunking (``tiktoken.Encoding.encode(text, disallowed_special=())``
+   is the reference). It runs in a subprocess with ``RAYON_NUM_THREADS=1`` and
+   ``FASTOKENS_BPE_THREADS=1`` set before any peer is imported; kimi_tok runs with ``n_jobs=1``
+   and ``segment_cache_bytes=0``. Piece caches (kimi_tok's and the peers') persist across rounds,
+   but every round is text no earlier round had.
+2. **Serving path** (ms, default threads: 2 cores here): K3 chat prompts of real text rendered
+   with ``render_chat`` (control tokens ``allow_special=True``, all text ``False``), about 1k,
+   10k, 100k and 1M tokens, a fresh prompt every round. kimi_tok is the default ``kimi_k3()``
+   (segment cache on) with the cache-off figure beside it. Other work runs between calls: the
+   encoders take turns (the order rotates every round) and 64 MB of memory is written before each
+   call, so CPU caches are cold as in a serving process. Peers without a segments API run the
+   tiktoken-safe chunking and one call per sub-string in a Python loop (``bench/peers.py``).
+3. **Synthetic** (labelled so): the same serving path on ``kimi_tok.samples.sample_prompt``,
+   the project's old headline workload (a size label of ``1k`` is 4,000 characters there).
+
+Every round every encoder's ids are compared with the reference (``tests/reference.py``); a peer
+that disagrees is reported (where, first difference) and left out of "fastest peer" for that row.
+A missing peer is skipped with a note. Plots and JSON go to ``bench/results/`` (ignored by git);
+``--readme-plot`` also rewrites the README's image ``bench/speedup.png``. The real-text pool is
+cached in ``~/.cache/kimi_tok_bench/`` (see ``bench/realtext.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -32,109 +55,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from kimi_tok.samples import sample_prompt  # noqa: E402
-from tests.reference import Reference, data_dir, load_pattern, load_special_tokens  # noqa: E402
+from bench.realtext import KINDS, MB, TABLE_KINDS, Pool, real_prompt  # noqa: E402
 
-ALL_ENCODERS = ("kimi_tok", "tiktoken", "basetenkenizer")
-BASELINES = ("tiktoken", "basetenkenizer")
-CHARS_PER_TOKEN = 4
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+README_PLOT = REPO_ROOT / "bench" / "speedup.png"
 CACHE_DIR = Path.home() / ".cache" / "kimi_tok_bench"
-
+SYNTHETIC_CHARS_PER_SIZE = 4  # the old headline's size labels: "1k" is a 4,000-character prompt
+KIMI, KIMI_NO_CACHE = "kimi_tok", "kimi_tok no cache"
 Segments = Sequence[tuple[str, bool]]
 
 
 # --------------------------------------------------------------------------------------------
-# Encoders: each loader returns a function segments -> uint32 ids, or raises to be skipped
+# Helpers other bench scripts import
 # --------------------------------------------------------------------------------------------
-
-
-def load_kimi_tok() -> Callable[[Segments], np.ndarray]:
-    import kimi_tok
-
-    tok = kimi_tok.kimi_k3(segment_cache_bytes=0)  # cold caches: no segment is reused across rounds
-    load_kimi_tok.tokenizer = tok  # kept for --profile and the memory check
-    return lambda segments: tok.encode_segments(segments).into_numpy()["ids"]
-
-
-def load_tiktoken() -> Callable[[Segments], np.ndarray]:
-    ref = Reference()
-    return lambda segments: np.asarray(ref.encode_segments(segments), dtype=np.uint32)
-
-
-def basetenkenizer_json() -> str:
-    """The tokenizer.json basetenkenizer builds from tiktoken.model (slow, so cached on disk)."""
-    import basetenkenizer.tiktoken
-
-    model = data_dir() / "tiktoken.model"
-    pattern, special = load_pattern(), load_special_tokens()
-    key = hashlib.sha256(
-        model.read_bytes() + pattern.encode() + json.dumps(special, sort_keys=True).encode()
-    ).hexdigest()
-    cached, key_file = CACHE_DIR / "basetenkenizer.json", CACHE_DIR / "basetenkenizer.key"
-    if cached.exists() and key_file.exists() and key_file.read_text() == key:
-        return cached.read_text(encoding="utf-8")
-    js = basetenkenizer.tiktoken.tiktoken_model_to_tokenizer_json(
-        str(model), pattern=pattern, special_tokens=special
-    )
-    if js is None:
-        raise RuntimeError("tiktoken_model_to_tokenizer_json returned None")
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    cached.write_text(js, encoding="utf-8")
-    key_file.write_text(key)
-    return js
-
-
-def load_basetenkenizer() -> Callable[[Segments], np.ndarray]:
-    import basetenkenizer
-
-    tk = basetenkenizer.Tokenizer.from_json_str(basetenkenizer_json())
-    return lambda segments: np.asarray(
-        tk.encode_segments(list(segments), tiktoken_safe=True).into_numpy()["ids"], dtype=np.uint32
-    )
-
-
-LOADERS = {"kimi_tok": load_kimi_tok, "tiktoken": load_tiktoken, "basetenkenizer": load_basetenkenizer}
-
-
-def load_encoders(names: Sequence[str]) -> tuple[dict[str, Callable[[Segments], np.ndarray]], dict[str, int]]:
-    """Load and warm each encoder (one untimed small call); skip, with a warning, any that fail.
-
-    kimi_tok is loaded first so the RSS measured after it (returned per encoder) is its own.
-    """
-    warmup = sample_prompt(4000, seed=999_999)
-    encoders, rss_after = {}, {}
-    for name in sorted(names, key=lambda n: n != "kimi_tok"):
-        t0 = time.perf_counter()
-        try:
-            encode = LOADERS[name]()
-            encode(warmup)
-        except Exception as exc:  # an encoder under construction must not stop the bench
-            print(f"WARNING: skipping {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
-            continue
-        print(f"loaded {name} (+warm-up) in {time.perf_counter() - t0:.2f} s")
-        encoders[name] = encode
-        rss_after[name] = rss_bytes()
-    return encoders, rss_after
-
-
-# --------------------------------------------------------------------------------------------
-# Running
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class SizeResult:
-    label: str
-    n_chars: int
-    n_segments: int = 0
-    tokens: list[int] = field(default_factory=list)
-    seconds: dict[str, list[float]] = field(default_factory=dict)
-
-    def median_s(self, name: str) -> float:
-        return statistics.median(self.seconds[name])
-
-    def median_tokens(self) -> int:
-        return int(statistics.median(self.tokens))
 
 
 class IdMismatch(AssertionError):
@@ -145,9 +78,9 @@ def check_same_ids(ids: dict[str, np.ndarray], segments: Segments, where: str) -
     """Assert every encoder produced the same ids; on mismatch save the prompt and explain."""
     names = list(ids)
     ref_name = "tiktoken" if "tiktoken" in ids else names[0]
-    ref = ids[ref_name]
+    ref = np.asarray(ids[ref_name], dtype=np.uint32)
     for name in names:
-        got = ids[name]
+        got = np.asarray(ids[name], dtype=np.uint32)
         if len(got) == len(ref) and np.array_equal(got, ref):
             continue
         n = min(len(got), len(ref))
@@ -166,37 +99,57 @@ def check_same_ids(ids: dict[str, np.ndarray], segments: Segments, where: str) -
         )
 
 
-def run_size(
-    encoders: dict, label: str, n_chars: int, size_index: int, rounds: int
-) -> SizeResult:
-    """Encode ``rounds`` fresh prompts of ``n_chars`` chars with every encoder; check and time."""
-    from tqdm import tqdm
+def load_tiktoken() -> Callable[[Segments], np.ndarray]:
+    """The reference path (tiktoken, the readable chunking): segments -> uint32 ids."""
+    from tests.reference import Reference
 
-    result = SizeResult(label, n_chars, seconds={name: [] for name in encoders})
-    names = list(encoders)
-    bar = tqdm(range(rounds), desc=f"{label:>5}", leave=False, disable=n_chars < 400_000)
-    for r in bar:
-        segments = sample_prompt(n_chars, seed=r + size_index * 1000)
-        result.n_segments = len(segments)
-        ids = {}
-        for name in names[r % len(names):] + names[: r % len(names)]:  # rotate the order
-            t0 = time.perf_counter()
-            ids[name] = encoders[name](segments)
-            result.seconds[name].append(time.perf_counter() - t0)
-        check_same_ids(ids, segments, f"size {label} round {r}")
-        result.tokens.append(len(next(iter(ids.values()))))
-    return result
+    ref = Reference()
+    return lambda segments: np.asarray(ref.encode_segments(segments), dtype=np.uint32)
 
 
-# --------------------------------------------------------------------------------------------
-# Memory and profile
-# --------------------------------------------------------------------------------------------
+def load_basetenkenizer() -> Callable[[Segments], np.ndarray]:
+    """basetenkenizer's ``encode_segments(tiktoken_safe=True)``: segments -> uint32 ids."""
+    from bench.peers import load_basetenkenizer as load
+
+    return load().encode_segments
+
+
+def parse_size(label: str) -> int:
+    """'1k' -> 1000 tokens, '1M' -> 1,000,000 tokens."""
+    mult = {"k": 1_000, "m": 1_000_000}.get(label[-1].lower(), 1)
+    return int(float(label[:-1] if mult > 1 else label) * mult)
 
 
 def rss_bytes() -> int:
     import psutil
 
     return psutil.Process().memory_info().rss
+
+
+def format_text_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(c) for c in col) for col in zip(header, *rows)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def save_plot(fig, ax, path: Path) -> None:
+    """Grid, legend, tight layout; write ``path`` (creating its folder) and close the figure."""
+    import matplotlib.pyplot as plt
+
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"plot saved to {path}")
 
 
 def peak_rss_during(fn: Callable[[], object]) -> int:
@@ -225,103 +178,291 @@ def peak_rss_during(fn: Callable[[], object]) -> int:
         return max(peak, rss_bytes())
 
 
-def measure_memory(encode, n_chars: int, rss_before_load: int, rss_after_load: int) -> dict:
-    segments = sample_prompt(n_chars, seed=424_242)
-    before = rss_bytes()
-    peak = peak_rss_during(lambda: encode(segments))
-    return {
-        "rss_before_load_mib": rss_before_load / 2**20,
-        "rss_after_load_mib": rss_after_load / 2**20,
-        "encode_n_chars": n_chars,
-        "encode_peak_growth_mib": (peak - before) / 2**20,
-        "rss_after_encode_mib": rss_bytes() / 2**20,
+def _median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _rotated(names: list[str], r: int) -> list[str]:
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
+def _difference(ref: np.ndarray, got: np.ndarray, at: int, decode: Callable[[list[int]], str]) -> str:
+    lo = max(0, at - 3)
+    return (f"first difference at id {at} (lengths {len(ref)} vs {len(got)}): reference "
+            f"{ref[lo:at + 4].tolist()} {decode(ref[lo:at + 4].tolist())!r}, got {got[lo:at + 4].tolist()}")
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Per kind, one thread (runs in a subprocess with one-thread settings)
+# --------------------------------------------------------------------------------------------
+
+
+def per_kind_worker(args: argparse.Namespace) -> int:
+    """Time every encoder on each kind's fresh texts; write the raw figures to ``args.per_kind_worker``."""
+    from bench.peers import as_ids, first_difference, load_peers
+    import kimi_tok
+    from kimi_tok.samples import sample_text
+    from tests.reference import make_reference_encoding
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    pool = Pool.load(quiet=True)
+    peers, skipped = load_peers(args.peer_names)
+    tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+    enc = make_reference_encoding()
+    encoders: dict[str, Callable[[str], object]] = {
+        KIMI: lambda text: tok.encode(text, tiktoken_safe=False).into_numpy()["ids"],
+        **{name: peer.encode for name, peer in peers.items()},
     }
+    warm = sample_text(20_000, seed=999_999)  # synthetic: shares no text with the pool
+    for fn in encoders.values():
+        fn(warm)
+    names = list(encoders)
+    out: dict = {"encoders": names, "versions": {n: p.version for n, p in peers.items()},
+                 "kimi_tok_version": getattr(kimi_tok, "__version__", "?"), "skipped": skipped,
+                 "rounds": args.rounds, "kind_mb": args.kind_mb, "kinds": {}}
+    for kind in args.kind_names:
+        texts, note = pool.texts(kind, args.rounds, args.kind_mb, seed=args.seed)
+        res = {"label": KINDS[kind].label, "note": note, "bytes": [], "seconds": {n: [] for n in names},
+               "cpu": {n: [] for n in names}, "mismatch": {}}
+        for r, text in enumerate(texts):
+            ids, ref = {}, None
+            for name in _rotated(names, r):
+                c0, t0 = time.process_time(), time.perf_counter()
+                got = encoders[name](text)
+                sec = time.perf_counter() - t0
+                res["seconds"][name].append(sec)
+                res["cpu"][name].append((time.process_time() - c0) / sec if sec > 0 else 0.0)
+                ids[name] = got
+            ref = as_ids(ids["tiktoken"]) if "tiktoken" in ids else as_ids(enc.encode(text, disallowed_special=()))
+            for name, got in ids.items():
+                got = as_ids(got)
+                at = first_difference(ref, got)
+                if at is not None and name not in res["mismatch"]:
+                    res["mismatch"][name] = f"round {r}: " + _difference(ref, got, at, enc.decode)
+            res["bytes"].append(len(text.encode("utf-8")))
+        out["kinds"][kind] = res
+        mbs = {n: _median([b / s / MB for b, s in zip(res["bytes"], res["seconds"][n])]) for n in names}
+        print(f"  {kind:>9}: " + ", ".join(f"{n} {v:.1f}" for n, v in mbs.items()) + " MB/s"
+              + (f"  [{note}]" if note else ""), file=sys.stderr, flush=True)
+    if args.profile:
+        out["profile"] = {}
+        for kind in args.kind_names:
+            text = pool.texts(kind, args.rounds + 1, args.kind_mb, seed=args.seed)[0][-1]
+            stages = tok.profile_segments([(text, False)], tiktoken_safe=False, n_jobs=1)
+            out["profile"][kind] = {"bytes": len(text.encode("utf-8")), "stages": stages}
+    Path(args.per_kind_worker).write_text(json.dumps(out))
+    return 0
 
 
-def run_profile(n_chars: int) -> dict | None:
-    tok = getattr(load_kimi_tok, "tokenizer", None)
-    hook = getattr(tok, "profile_segments", None)
-    if hook is None:
-        print("(--profile: kimi_tok has no profile_segments hook; skipped)")
-        return None
-    stages = hook(sample_prompt(n_chars, seed=31_337))
-    total = sum(stages.values()) or 1.0
-    print(f"\nkimi_tok profile, prompt of {n_chars:,} chars:")
-    for stage, sec in stages.items():
-        print(f"  {stage:<24} {sec * 1e3:10.2f} ms  {100 * sec / total:5.1f}%")
-    return {k: float(v) for k, v in stages.items()}
+def run_per_kind(args: argparse.Namespace) -> dict | None:
+    """Run :func:`per_kind_worker` in a child process with every peer on one thread."""
+    from bench.peers import ONE_THREAD_ENV
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "per_kind.json"
+        cmd = [sys.executable, "-m", "bench.bench", "--per-kind-worker", str(path),
+               "--kinds", ",".join(args.kind_names), "--peers", ",".join(args.peer_names) or "none",
+               "--rounds", str(args.rounds), "--kind-mb", str(args.kind_mb), "--seed", str(args.seed)]
+        if args.profile:
+            cmd.append("--profile")
+        print(f"\nper-kind table: a child process with {' '.join(f'{k}={v}' for k, v in ONE_THREAD_ENV.items())}",
+              flush=True)
+        code = subprocess.call(cmd, cwd=REPO_ROOT, env={**os.environ, **ONE_THREAD_ENV})
+        if code != 0 or not path.exists():
+            print(f"the per-kind child process failed (exit status {code})", file=sys.stderr)
+            return None
+        return json.loads(path.read_text())
 
 
-# --------------------------------------------------------------------------------------------
-# Reporting
-# --------------------------------------------------------------------------------------------
-
-
-def table_rows(results: list[SizeResult], names: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    header = ["size", "chars", "segs", "tokens"]
-    header += [f"{n} ms" for n in names] + [f"{n} Mtok/s" for n in names]
-    speedups = [b for b in BASELINES if b in names and "kimi_tok" in names]
-    header += [f"x vs {b}" for b in speedups]
-    rows = []
-    for res in results:
-        tokens = res.median_tokens()
-        row = [res.label, f"{res.n_chars:,}", str(res.n_segments), f"{tokens:,}"]
-        row += [f"{res.median_s(n) * 1e3:.2f}" for n in names]
-        row += [f"{tokens / res.median_s(n) / 1e6:.2f}" for n in names]
-        row += [f"{res.median_s(b) / res.median_s('kimi_tok'):.1f}x" for b in speedups]
+def per_kind_table(data: dict) -> tuple[list[str], list[list[str]], list[str], dict]:
+    """Rows of MB/s per kind; notes (small pools, mismatches, threads seen); the summary."""
+    names = data["encoders"]
+    peers = [n for n in names if n != KIMI]
+    label = {n: f"{n} {data['versions'][n]}" for n in peers}
+    header = ["kind", "MB/round"] + [label[n] for n in peers] + ["kimi_tok (n_jobs=1)", "kimi_tok / best"]
+    rows, notes, summary = [], [], {}
+    for kind, res in data["kinds"].items():
+        mbs = {n: _median([b / s / MB for b, s in zip(res["bytes"], res["seconds"][n])]) for n in names}
+        good = [n for n in peers if n not in res["mismatch"]]
+        best = max(good, key=lambda n: mbs[n]) if good else None
+        ratio = mbs[KIMI] / mbs[best] if best else float("nan")
+        mark = lambda n: " ✗" if n in res["mismatch"] else ""  # noqa: E731
+        row = [res["label"], f"{_median(res['bytes']) / MB:.2f}"] + [f"{mbs[n]:.1f}{mark(n)}" for n in peers]
+        row += [f"{mbs[KIMI]:.1f}{mark(KIMI)}", f"{ratio:.2f}x ({best})" if best else "n/a"]
         rows.append(row)
+        summary[kind] = {"mb_per_s": mbs, "best_peer": best, "x_best": ratio,
+                         "mismatch": res["mismatch"], "note": res["note"]}
+        if res["note"]:
+            notes.append(res["note"])
+        for n, why in res["mismatch"].items():
+            notes.append(f"ID MISMATCH ({res['label']}, {n}; left out of best): {why}")
+    cpu = {n: _median([c for res in data["kinds"].values() for c in res["cpu"][n]]) for n in names}
+    busy = [n for n, c in cpu.items() if c > 1.3]
+    notes.append("CPU time / wall time per call, median: " + ", ".join(f"{n} {c:.2f}" for n, c in cpu.items())
+                 + (f" (MORE THAN ONE THREAD: {', '.join(busy)})" if busy else " (one thread each)"))
+    return header, rows, notes, summary
+
+
+def profile_table(profile: dict) -> tuple[list[str], list[list[str]]]:
+    stages = list(next(iter(profile.values()))["stages"])
+    header = ["kind", "MB"] + [f"{s} ms" for s in stages] + ["total ms", "MB/s"]
+    rows = []
+    for kind, p in profile.items():
+        total = sum(p["stages"].values())
+        rows.append([KINDS[kind].label, f"{p['bytes'] / MB:.2f}"] + [f"{p['stages'][s] * 1e3:.2f}" for s in stages]
+                    + [f"{total * 1e3:.2f}", f"{p['bytes'] / total / MB:.1f}" if total else ""])
     return header, rows
 
 
-def progress_line(res: SizeResult, names: Sequence[str]) -> str:
-    times = ", ".join(f"{n} {res.median_s(n) * 1e3:.2f} ms" for n in names)
-    return f"size {res.label}: {res.n_chars:,} chars, {res.median_tokens():,} tokens: {times}"
+# --------------------------------------------------------------------------------------------
+# 2, 3. The serving path
+# --------------------------------------------------------------------------------------------
 
 
-def format_text_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(c) for c in col) for col in zip(header, *rows)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+class ColdCaches:
+    """Other work between calls: write ``mb`` MB of memory, pushing the encoders' tables out of
+    the CPU caches (as other requests, or another model's tokenizer, would)."""
+
+    def __init__(self, mb: int) -> None:
+        self.buf = np.zeros(mb << 20, dtype=np.uint8) if mb > 0 else None
+
+    def __call__(self) -> None:
+        if self.buf is not None:
+            self.buf += 1
 
 
-def format_markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+def rerender(segments: Segments) -> list[tuple[str, bool]]:
+    """Equal but distinct str objects (no cached hash), as a fresh render of the prompt gives."""
+    return [((text + " ")[:-1], allow) for text, allow in segments]
 
 
-def plot_speedups(results: list[SizeResult], names: Sequence[str], path: Path) -> None:
+def serving_encoders(peers: dict) -> dict[str, Callable[[Segments], object]]:
+    import kimi_tok
+
+    cached, plain = kimi_tok.kimi_k3(), kimi_tok.kimi_k3(segment_cache_bytes=0)
+    run_serving.tokenizers = (cached, plain)  # for --profile and the memory line
+    return {
+        KIMI: lambda segments: cached.encode_segments(segments).into_numpy()["ids"],
+        KIMI_NO_CACHE: lambda segments: plain.encode_segments(segments).into_numpy()["ids"],
+        **{name: peer.encode_segments for name, peer in peers.items()},
+    }
+
+
+def run_serving(encoders: dict, make_prompt: Callable[[int, int], list], sizes: list[tuple[str, int]],
+                rounds: int, cold: ColdCaches, max_peer_s: float, title: str, dump_dir: Path) -> list[dict]:
+    """Every round: a new prompt of each size, each encoder once (rotating order, cold caches before
+    each call), ids compared with the reference. A peer whose previous size predicts more than
+    ``max_peer_s`` seconds per call is skipped at the larger sizes (tiktoken never is)."""
+    from bench.peers import as_ids, first_difference
+    from tests.reference import Reference, make_reference_encoding
+
+    reference, decode = Reference(), make_reference_encoding().decode
+    names = list(encoders)
+    results: list[dict] = []
+    for k, (label, n_chars) in enumerate(sizes):
+        active = list(names)
+        if results:
+            prev = results[-1]
+            for n in names:
+                if n.startswith(KIMI) or n == "tiktoken" or n not in prev["seconds"]:
+                    continue
+                predicted = _median(prev["seconds"][n]) * n_chars / prev["n_chars"]
+                if predicted > max_peer_s:
+                    active.remove(n)
+                    print(f"  ({n} skipped at {label}: {predicted:.1f} s per call predicted from {prev['label']})",
+                          flush=True)
+        res = {"label": label, "n_chars": n_chars, "segments": [], "tokens": [], "seconds": {n: [] for n in active},
+               "mismatch": {}, "skipped": [n for n in names if n not in active]}
+        for r in range(rounds):
+            segments = make_prompt(n_chars, k * 1000 + r)
+            ref = np.asarray(reference.encode_segments(segments), dtype=np.uint32)
+            for name in _rotated(active, r):
+                prompt = rerender(segments)  # outside the timed region
+                cold()
+                t0 = time.perf_counter()
+                got = encoders[name](prompt)
+                res["seconds"][name].append(time.perf_counter() - t0)
+                at = first_difference(ref, as_ids(got))
+                if at is not None and name not in res["mismatch"]:
+                    dump = dump_dir / f"mismatch_{title.split()[0]}_{label}_{r}_{name.replace(' ', '_')}.json"
+                    dump.parent.mkdir(parents=True, exist_ok=True)
+                    dump.write_text(json.dumps({"segments": segments}, ensure_ascii=False))
+                    res["mismatch"][name] = f"round {r}: {_difference(ref, as_ids(got), at, decode)}; prompt in {dump}"
+                del prompt, got
+            res["segments"].append(len(segments))
+            res["tokens"].append(len(ref))
+        results.append(res)
+        print(f"  {title} {label}: {int(_median(res['tokens'])):,} tokens: "
+              + ", ".join(f"{n} {_median(s) * 1e3:.2f} ms" for n, s in res["seconds"].items()), flush=True)
+    return results
+
+
+def serving_table(results: list[dict], versions: dict[str, str]) -> tuple[list[str], list[list[str]], list[str], list[dict]]:
+    names = list(results[0]["seconds"]) + [n for r in results for n in r["skipped"] if n not in results[0]["seconds"]]
+    peers = [n for n in names if not n.startswith(KIMI)]
+    header = ["size", "chars", "segs", "tokens", "kimi_tok ms", "no cache ms"]
+    header += [f"{n} {versions.get(n, '')}".strip() + " ms" for n in peers]
+    header += ["fastest peer", "x fastest", "x tiktoken"]
+    rows, notes, summary = [], [], []
+    for res in results:
+        ms = {n: _median(s) * 1e3 for n, s in res["seconds"].items()}
+        good = [n for n in peers if n in ms and n not in res["mismatch"]]
+        fastest = min(good, key=lambda n: ms[n]) if good else None
+        mark = lambda n: " ✗" if n in res["mismatch"] else ""  # noqa: E731
+        cell = lambda n: f"{ms[n]:.2f}{mark(n)}" if n in ms else "skipped"  # noqa: E731
+        row = [res["label"], f"{res['n_chars']:,}", str(int(_median(res["segments"]))),
+               f"{int(_median(res['tokens'])):,}", cell(KIMI), cell(KIMI_NO_CACHE)] + [cell(n) for n in peers]
+        x_fast = ms[fastest] / ms[KIMI] if fastest and KIMI in ms else float("nan")
+        x_tik = ms["tiktoken"] / ms[KIMI] if "tiktoken" in ms and KIMI in ms else float("nan")
+        row += [fastest or "n/a", f"{x_fast:.2f}x" if fastest else "", f"{x_tik:.1f}x" if "tiktoken" in ms else ""]
+        rows.append(row)
+        summary.append({"label": res["label"], "n_chars": res["n_chars"], "tokens": int(_median(res["tokens"])),
+                        "median_ms": ms, "fastest_peer": fastest, "x_fastest": x_fast, "x_tiktoken": x_tik,
+                        "mismatch": res["mismatch"], "skipped": res["skipped"]})
+        for n, why in res["mismatch"].items():
+            notes.append(f"ID MISMATCH (size {res['label']}, {n}; left out of fastest): {why}")
+    return header, rows, notes, summary
+
+
+def plot_serving(summaries: dict[str, list[dict]], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    x = [res.median_tokens() for res in results]
-    for base in BASELINES:
-        if base in names:
-            y = [res.median_s(base) / res.median_s("kimi_tok") for res in results]
-            ax.plot(x, y, marker="o", label=f"vs {base}")
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    styles = iter(("o-", "s-", "^-", "d-", "v-", "P-", "X-", "*-"))
+    for workload, summary in summaries.items():
+        peers = sorted({n for s in summary for n in s["median_ms"] if not n.startswith(KIMI)})
+        for peer in peers:
+            pts = [(s["tokens"], s["median_ms"][peer] / s["median_ms"][KIMI]) for s in summary
+                   if peer in s["median_ms"] and peer not in s["mismatch"]]
+            if pts:
+                ax.plot(*zip(*pts), next(styles, "o-"), ms=4, label=f"vs {peer} ({workload})")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xlabel("prompt length (tokens)")
-    ax.set_ylabel("kimi_tok speedup (x, median time ratio)")
-    ax.set_title("kimi_tok speedup on rendered Kimi K3 prompts")
+    ax.set_ylabel("kimi_tok speedup (median time ratio, log)")
+    ax.set_title(title, fontsize=10)
     save_plot(fig, ax, path)
 
 
-def save_plot(fig, ax, path: Path) -> None:
-    """Grid, legend, tight layout; write ``path`` (creating its folder) and close the figure."""
+def plot_per_kind(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"plot saved to {path}")
+    kinds = list(summary)
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    ax.bar([KINDS[k].label for k in kinds], [summary[k]["x_best"] for k in kinds], color="tab:blue")
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="the best single-thread peer")
+    ax.set_ylabel("kimi_tok MB/s / best peer's")
+    ax.set_title("One thread, one plain text per kind of real text")
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    save_plot(fig, ax, path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,107 +470,200 @@ def save_plot(fig, ax, path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def parse_size(label: str) -> int:
-    """'1k' -> 1000 tokens, '1M' -> 1,000,000 tokens."""
-    mult = {"k": 1_000, "m": 1_000_000}.get(label[-1].lower(), 1)
-    return int(float(label[:-1] if mult > 1 else label) * mult)
+def _names(value: str, allowed: Sequence[str], what: str, p: argparse.ArgumentParser,
+           hidden: Sequence[str] = ()) -> list[str]:
+    if value.strip().lower() in ("", "none"):
+        return []
+    if value.strip().lower() == "all":
+        return list(allowed)
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in allowed and n not in hidden]
+    if unknown:
+        p.error(f"unknown {what} {unknown}; choose from {', '.join(allowed)} (or all, none)")
+    return names
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="1k,10k,100k,1M", help="token-ish sizes (x4 chars)")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--encoders", default=",".join(ALL_ENCODERS))
-    p.add_argument("--plot", default=str(REPO_ROOT / "bench" / "speedup.png"))
+    from bench.peers import PEERS
+
+    p = argparse.ArgumentParser(prog="python -m bench.bench", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="kinds: " + ", ".join(KINDS) + "\npeers: " + ", ".join(PEERS))
+    p.add_argument("--quick", action="store_true",
+                   help="2 rounds, 0.1 MB per kind, sizes 1k,10k (a smoke check, not a measurement)")
+    p.add_argument("--kinds", default=",".join(TABLE_KINDS), help="per-kind table rows (all, none, or a list)")
+    p.add_argument("--peers", default=",".join(PEERS), help="peers beside kimi_tok (all, none, or a list)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds per row, each on fresh text (default 5)")
+    p.add_argument("--kind-mb", type=float, default=None, help="MB of text per kind and round (default 1)")
+    p.add_argument("--sizes", default=None, help="serving-path sizes in tokens, or none (default 1k,10k,100k,1M)")
+    p.add_argument("--synthetic-sizes", default=None, help="sizes of the synthetic workload (default: --sizes)")
+    p.add_argument("--max-peer-s", type=float, default=3.0,
+                   help="skip a peer at a size its previous size predicts to take longer per call (default 3 s)")
+    p.add_argument("--cold-mb", type=int, default=64, help="MB written before each serving-path call (0: none)")
+    p.add_argument("--seed", type=int, default=0, help="which fresh text the rounds get")
+    p.add_argument("--profile", action="store_true", help="kimi_tok's per-stage profile per kind and serving size")
+    p.add_argument("--results-dir", default=str(RESULTS_DIR), help="where JSON and plots go (default bench/results)")
     p.add_argument("--no-plot", action="store_true")
-    p.add_argument("--profile", action="store_true", help="print kimi_tok's per-stage profile")
-    p.add_argument("--json", metavar="PATH", help="save results as JSON")
-    p.add_argument("--markdown", action="store_true", help="also print a markdown table")
-    p.add_argument("--quick", action="store_true", help="sizes 1k,10k,100k and 2 rounds")
+    p.add_argument("--readme-plot", action="store_true", help=f"also rewrite the README's {README_PLOT.name}")
+    p.add_argument("--per-kind-worker", metavar="PATH", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.quick:
-        args.sizes, args.rounds = "1k,10k,100k", 2
-    args.size_labels = [s.strip() for s in args.sizes.split(",") if s.strip()]
-    args.encoder_names = [e.strip() for e in args.encoders.split(",") if e.strip()]
-    unknown = set(args.encoder_names) - set(ALL_ENCODERS)
-    if unknown:
-        p.error(f"unknown encoders {sorted(unknown)}; choose from {ALL_ENCODERS}")
+    quick = {"rounds": 2, "kind_mb": 0.1, "sizes": "1k,10k"}
+    full = {"rounds": 5, "kind_mb": 1.0, "sizes": "1k,10k,100k,1M"}
+    for key, value in (quick if args.quick else full).items():  # --quick changes only what is not given
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.rounds < 1 or args.kind_mb <= 0:
+        p.error("--rounds and --kind-mb must be positive")
+    args.kind_names = _names(args.kinds, list(KINDS), "kinds", p)
+    args.peer_names = _names(args.peers, PEERS, "peers", p, hidden=("_broken",))  # the smoke test's wrong peer
+    synth = args.sizes if args.synthetic_sizes is None else args.synthetic_sizes
+    args.size_labels, args.synthetic_labels = (
+        [] if v.strip().lower() in ("", "none") else [s.strip() for s in v.split(",") if s.strip()]
+        for v in (args.sizes, synth))
+    try:
+        [parse_size(s) for s in args.size_labels + args.synthetic_labels]
+    except ValueError:
+        p.error(f"sizes look like 1k, 100k or 1M, not {args.sizes!r} / {synth!r}")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.per_kind_worker:
+        return per_kind_worker(args)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    rss_start = rss_bytes()
-    encoders, rss_after_load = load_encoders(args.encoder_names)
-    if not encoders:
-        print("no encoder could be loaded", file=sys.stderr)
-        return 1
-    names = list(encoders)
-    memory = None
+    from bench.peers import load_peers
 
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, rounds={args.rounds}")
-    results = []
-    try:
-        for i, label in enumerate(args.size_labels):
-            n_chars = parse_size(label) * CHARS_PER_TOKEN
-            results.append(run_size(encoders, label, n_chars, i, args.rounds))
-            print(progress_line(results[-1], names), flush=True)
-    except IdMismatch as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    results_dir = Path(args.results_dir)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    commit = _git_commit()
+    out: dict = {"commit": commit, "python": sys.version.split()[0], "cpus": os.cpu_count(),
+                 "args": {k: v for k, v in vars(args).items() if k != "per_kind_worker"}}
+    t_start = time.perf_counter()
+    pool = Pool.load()
+    out["load_average_start"] = os.getloadavg()
+    print(f"python {out['python']}, {os.cpu_count()} CPUs, commit {commit}, rounds={args.rounds}, load average "
+          f"{out['load_average_start'][0]:.1f} (a busy machine slows everything), real-text pool {pool.path}:")
+    print("\n".join(pool.summary(dict.fromkeys(args.kind_names + ["code", "prose", "json", "ids", "specials"]))))
+    status = 0
 
-    header, rows = table_rows(results, names)
-    print(f"\nmedian over {args.rounds} rounds (each round a new prompt; ids checked equal):")
-    print(format_text_table(header, rows))
-    if args.markdown:
-        print("\n" + format_markdown_table(header, rows))
-
-    if "kimi_tok" in encoders:
-        largest = max(parse_size(s) for s in args.size_labels) * CHARS_PER_TOKEN
-        memory = measure_memory(encoders["kimi_tok"], largest, rss_start, rss_after_load["kimi_tok"])
-        print(
-            f"\nkimi_tok memory: RSS {memory['rss_before_load_mib']:.0f} MiB before load, "
-            f"{memory['rss_after_load_mib']:.0f} MiB after load+warm-up; one encode of "
-            f"{largest:,} chars grew peak RSS by {memory['encode_peak_growth_mib']:.1f} MiB"
-        )
-    profile = None
-    if args.profile:
-        if "kimi_tok" in encoders:
-            profile = run_profile(max(parse_size(s) for s in args.size_labels) * CHARS_PER_TOKEN)
+    # 1. per kind, one thread
+    if args.kind_names:
+        data = run_per_kind(args)
+        if data is None:
+            status = 1
         else:
-            print("(--profile: kimi_tok not loaded; skipped)")
+            header, rows, notes, summary = per_kind_table(data)
+            print(f"\n### Per kind, one thread: MB/s (median of {args.rounds} rounds, each fresh text of up to "
+                  f"{args.kind_mb:g} MB; ids checked against tiktoken every round; ✗ = ids differ)\n")
+            print(format_markdown_table(header, rows))
+            print("\n" + "\n".join(f"- {n}" for n in notes))
+            for name, why in data["skipped"].items():
+                print(f"- {name} not run: {why}")
+            out["per_kind"] = {"raw": data, "summary": summary}
+            if any(KIMI in s["mismatch"] for s in summary.values()):
+                status = 2
+            if "profile" in data:
+                header, rows = profile_table(data["profile"])
+                print("\n### kimi_tok per-stage profile, one thread, one fresh text per kind (ms)\n")
+                print(format_markdown_table(header, rows))
+            if not args.no_plot:
+                plot_per_kind(summary, results_dir / "per_kind.png")
 
-    if "kimi_tok" in encoders and len(names) > 1 and not args.no_plot:
-        plot_speedups(results, names, Path(args.plot))
-    if args.json:
-        save_json(Path(args.json), args, results, names, memory, profile)
-    return 0
+    # 2, 3. serving path: real text, then the synthetic samples
+    if args.size_labels or args.synthetic_labels:
+        peers, skipped = load_peers(args.peer_names)
+        for name, why in skipped.items():
+            print(f"note: {name}: {why}")
+        encoders = serving_encoders(peers)
+        versions = {n: p.version for n, p in peers.items()}
+        cold = ColdCaches(args.cold_mb)
+        drawer = pool.drawer(args.seed + 1)
+        warm = real_prompt(drawer, 20_000)  # from the same drawer: the timed prompts never repeat it
+        for fn in encoders.values():
+            fn(rerender(warm))
+        summaries, tables = {}, {}
+        if args.size_labels:
+            calib = real_prompt(drawer, 400_000)
+            from tests.reference import Reference
+
+            cpt = sum(len(t) for t, _ in calib) / len(Reference().encode_segments(calib))
+            sizes = [(s, int(parse_size(s) * cpt)) for s in args.size_labels]
+            print(f"\nserving path, real text ({cpt:.2f} chars per token here), default threads "
+                  f"({os.cpu_count()} CPUs), {args.cold_mb} MB written before each call:", flush=True)
+            res = run_serving(encoders, lambda n, _seed: real_prompt(drawer, n), sizes, args.rounds, cold,
+                              args.max_peer_s, "real", results_dir)
+            tables["real"] = serving_table(res, versions)
+            summaries["real text"] = tables["real"][3]
+            out["serving_real"] = {"chars_per_token": cpt, "raw": res, "summary": tables["real"][3],
+                                   "drawer_wrapped": sorted(drawer.wrapped)}
+        if args.synthetic_labels:
+            from kimi_tok.samples import sample_prompt
+
+            sizes = [(s, parse_size(s) * SYNTHETIC_CHARS_PER_SIZE) for s in args.synthetic_labels]
+            print("\nserving path, synthetic prompts (kimi_tok.samples.sample_prompt):", flush=True)
+            res = run_serving(encoders, lambda n, seed: sample_prompt(n, seed=seed + 10_000 * (args.seed + 1)),
+                              sizes, args.rounds, cold, args.max_peer_s, "synthetic", results_dir)
+            tables["synthetic"] = serving_table(res, versions)
+            summaries["synthetic"] = tables["synthetic"][3]
+            out["serving_synthetic"] = {"raw": res, "summary": tables["synthetic"][3]}
+        how = "; ".join(f"{n}: {p.how}" for n, p in peers.items())
+        for key, heading in (("real", "Serving path, real text"), ("synthetic", "Serving path, SYNTHETIC prompts "
+                                                                               "(kimi_tok.samples)")):
+            if key not in tables:
+                continue
+            header, rows, notes, _ = tables[key]
+            print(f"\n### {heading}: ms per prompt (median of {args.rounds} rounds, a fresh prompt each round; "
+                  f"kimi_tok = default kimi_k3(), segment cache on; ✗ = ids differ)\n")
+            print(format_markdown_table(header, rows))
+            print("\n" + "\n".join(f"- {n}" for n in notes + [f"how the peers are called: {how}"]))
+        if KIMI in encoders and any(KIMI in s["mismatch"] or KIMI_NO_CACHE in s["mismatch"]
+                                    for summary in summaries.values() for s in summary):
+            status = 2
+        if "real" in tables and out["serving_real"]["drawer_wrapped"]:
+            print(f"- the pool ran out of {', '.join(out['serving_real']['drawer_wrapped'])}: later prompts "
+                  f"reuse its blocks in a new order")
+        cached, _plain = run_serving.tokenizers
+        if args.size_labels:
+            largest = real_prompt(drawer, max(int(parse_size(s) * cpt) for s in args.size_labels))
+            before = rss_bytes()
+            peak = peak_rss_during(lambda: _plain.encode_segments(largest))
+            out["memory"] = {"rss_mib": before / 2**20, "encode_peak_growth_mib": (peak - before) / 2**20,
+                             "n_chars": sum(len(t) for t, _ in largest)}
+            print(f"- kimi_tok memory: RSS {before / 2**20:.0f} MiB; one encode of "
+                  f"{out['memory']['n_chars']:,} chars (cache off) grew peak RSS by "
+                  f"{out['memory']['encode_peak_growth_mib']:.1f} MiB")
+            if args.profile:
+                stages = cached.profile_segments(largest, n_jobs=None)
+                total = sum(stages.values()) or 1.0
+                out["profile_serving"] = stages
+                print(f"\n### kimi_tok per-stage profile, the largest real prompt ({out['memory']['n_chars']:,} chars, "
+                      f"default threads)\n")
+                print(format_markdown_table(["stage", "ms", "share"],
+                                            [[s, f"{v * 1e3:.2f}", f"{100 * v / total:.0f}%"] for s, v in stages.items()]))
+        if not args.no_plot and summaries:
+            title = f"kimi_tok speedup on rendered K3 prompts ({os.cpu_count()} cores, commit {commit})"
+            plot_serving(summaries, results_dir / "serving.png", title)
+            if args.readme_plot and "real text" in summaries:
+                plot_serving({"real text": summaries["real text"]}, README_PLOT, title)
+    out["wall_s"] = time.perf_counter() - t_start
+    out["load_average_end"] = os.getloadavg()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"bench-{stamp}.json"
+    path.write_text(json.dumps(out, indent=1, default=str))
+    print(f"\nresults saved to {path} ({out['wall_s']:.0f} s in all; load average at the end "
+          f"{out['load_average_end'][0]:.1f})")
+    if status == 2:
+        print("ID MISMATCH in kimi_tok: see the notes above", file=sys.stderr)
+    return status
 
 
-def save_json(path: Path, args, results, names, memory, profile) -> None:
-    out = {
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "rounds": args.rounds,
-        "encoders": names,
-        "sizes": [
-            {
-                "label": r.label,
-                "n_chars": r.n_chars,
-                "n_segments": r.n_segments,
-                "tokens": r.tokens,
-                "seconds": r.seconds,
-                "median_seconds": {n: r.median_s(n) for n in names},
-            }
-            for r in results
-        ],
-        "memory": memory,
-        "profile": profile,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
-    print(f"results saved to {path}")
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 if __name__ == "__main__":

@@ -39,3 +39,110 @@ def test_helpers_ab_compares_both_kinds_of_helpers():
     if parking.PARKING:
         for kind in ("parked", "executor"):
             assert f"{kind} helpers: median" in result.stdout, result.stdout
+
+
+# -- the benchmark on real text (bench/bench.py, bench/peers.py, bench/realtext.py) -----------------------
+
+
+def _mo_file(entries: dict[str, str], charset: str, order: str) -> bytes:
+    """A GNU gettext catalog: header, then (length, offset) tables of originals and translations."""
+    import struct
+
+    items = sorted({"": f"Content-Type: text/plain; charset={charset}\n", **entries}.items())
+    ids = [k.encode(charset) for k, _ in items]
+    strs = [v.encode(charset) for _, v in items]
+    n, head = len(items), 28
+    data_at = head + 16 * n
+    table, blob = [], b""
+    for b in ids + strs:
+        table.append((len(b), data_at + len(blob)))
+        blob += b + b"\0"
+    magic = 0x950412DE
+    out = struct.pack(order + "7I", magic, 0, n, head, head + 8 * n, 0, 0)
+    out += b"".join(struct.pack(order + "2I", *pair) for pair in table)
+    return out + blob
+
+
+def test_read_mo_takes_the_translations_in_either_byte_order():
+    from bench.realtext import read_mo
+
+    entries = {"Open": "開く", "%d file\x00%d files": "%d 個のファイル\x00%d 個のファイル（複数）"}
+    for order in "<>":
+        for charset in ("utf-8", "euc-jp"):
+            got = read_mo(_mo_file(entries, charset, order))
+            assert sorted(got) == sorted(["開く", "%d 個のファイル", "%d 個のファイル（複数）"]), (order, charset)
+    assert read_mo(b"not a catalog at all, just some bytes") == []
+
+
+def test_fast_safe_substrings_equal_the_readable_spec():
+    import random
+
+    from bench.peers import safe_substrings
+    from kimi_tok._educational import safe_substrings as spec
+
+    rng = random.Random(7)
+    units = (" ", "\n", "a", "\u3000", "x\x1c", " \t", "ab ", "漢字", "\u2028")
+    texts = ["", "a", "a" * 25_000, "a" * 25_001, " " * 50_001, "a" * 399_999 + " " * 30_000]
+    for _ in range(60):
+        texts.append("".join(rng.choice(units) * rng.choice((1, 12_500, 24_999, 25_000, 25_001, 50_000,
+                                                              rng.randint(1, 70_000)))
+                             for _ in range(rng.randint(1, 6))))
+    for text in texts:
+        assert safe_substrings(text) == spec(text), [len(t) for t in spec(text)]
+
+
+def test_pool_rounds_never_share_a_block_and_small_kinds_say_so():
+    from bench.realtext import Pool
+
+    blocks = [f"block {i:03d} " + "x" * 89 + "\n" for i in range(200)]  # 100 bytes each
+    pool = Pool({"kinds": {"code": {"blocks": blocks, "bytes": [100] * 200, "info": {}}}})
+    texts, note = pool.texts("code", rounds=4, mb_per_round=0.001, seed=3)  # 1,000 bytes each
+    assert note == "" and len(texts) == 4
+    seen = [set(t.splitlines()) for t in texts]
+    assert all(len(s) == 10 for s in seen) and len(set().union(*seen)) == 40
+    assert texts != pool.texts("code", rounds=4, mb_per_round=0.001, seed=4)[0]  # another seed, other text
+    texts, note = pool.texts("code", rounds=4, mb_per_round=1.0, seed=3)
+    assert "only 0.02 MB here" in note and len(set().union(*(set(t.splitlines()) for t in texts))) == 200
+    drawer = pool.drawer(1)
+    drawn = [drawer.take("code", 100) for _ in range(200)]
+    assert len(set(drawn)) == 200 and not drawer.wrapped
+    drawer.take("code", 100)
+    assert drawer.wrapped == {"code"}
+
+
+def test_bench_quick_runs_checks_ids_and_leaves_tracked_files_alone(tmp_path):
+    """The whole bench on tiny sizes: both tables, a deliberately wrong peer caught and left out of
+    "best", kimi_tok and the correct peers equal to the reference, nothing tracked written."""
+    import importlib.util
+    import json
+
+    def bench_status() -> list[str]:  # what git sees under bench/ besides source files others may edit
+        out = subprocess.run(["git", "status", "--porcelain", "--", "bench", "README.md"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60).stdout.splitlines()
+        return [line for line in out if not line.endswith(".py")]
+
+    peers = [p for p, module in (("tiktoken", "tiktoken"), ("gigatoken", "gigatoken"), ("splintr", "splintr"))
+             if importlib.util.find_spec(module)]
+    before = bench_status()
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.bench", "--quick", "--kinds", "code,specials", "--kind-mb", "0.02",
+         "--sizes", "1k", "--rounds", "2", "--cold-mb", "8", "--peers", ",".join(peers + ["_broken"]),
+         "--results-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert bench_status() == before
+    ignored = subprocess.run(["git", "check-ignore", "-q", "bench/results/bench-x.json"], cwd=REPO, timeout=60)
+    assert ignored.returncode == 0, "bench/results/ must be ignored by git"
+    for heading in ("### Per kind, one thread", "### Serving path, real text", "### Serving path, SYNTHETIC"):
+        assert heading in result.stdout
+    (saved,) = tmp_path.glob("bench-*.json")
+    out = json.loads(saved.read_text())
+    assert {p.name for p in tmp_path.glob("*.png")} == {"per_kind.png", "serving.png"}
+    rows = list(out["per_kind"]["summary"].values())
+    rows += out["serving_real"]["summary"] + out["serving_synthetic"]["summary"]
+    assert len(rows) == 4
+    for row in rows:
+        assert "_broken" in row["mismatch"] and "first difference at id" in row["mismatch"]["_broken"]
+        assert set(row["mismatch"]) == {"_broken"}, row["mismatch"]  # kimi_tok and the real peers agree
+        assert (row.get("best_peer") or row.get("fastest_peer")) in peers
