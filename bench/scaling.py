@@ -2,7 +2,7 @@
 tiktoken reference path and basetenkenizer, on the same fresh prompts in one run.
 
     python -m bench.scaling                                  # this machine's cores, 100k and 1M tokens
-    python -m bench.scaling --workers 1,2,4,8,16 --rounds 7 --json scaling.json --plot bench/scaling.png
+    python -m bench.scaling --workers 1,2,4,8,16 --rounds 7 --json bench/results/scaling.json --plot bench/results/scaling.png
     python -m bench.scaling --sizes 50k,100k,200k,400k --workers 1,2 --backends threads   # the threshold
 
 Sizes are tokens (a prompt of ``size * CHARS_PER_TOKEN`` characters; the table gives the
