@@ -1,4 +1,4 @@
-"""``Encoding``: the ids of one call, handed to NumPy without a copy."""
+"""``Encoding``: the ids of one call, handed to NumPy without a copy, and their offsets if asked."""
 
 from __future__ import annotations
 
@@ -10,18 +10,21 @@ from .pipeline.assembly import ID_DTYPE
 
 
 class Encoding:
-    """The ids of one call, in a ``uint32`` NumPy array.
+    """The ids of one call, in a ``uint32`` NumPy array, and with ``return_offsets=True`` their
+    code-point spans in the text (``offsets``).
 
-    >>> enc = kimi_tok.kimi_k3().encode("hello world")
-    >>> len(enc), enc.ids
-    (2, [22931, 2695])
+    >>> enc = kimi_tok.kimi_k3().encode("hello world", return_offsets=True)
+    >>> len(enc), enc.ids, enc.offsets.tolist()
+    (2, [22931, 2695], [[0, 5], [5, 11]])
     """
 
-    __slots__ = ("_ids", "_special_mask")
+    __slots__ = ("_ids", "_special_mask", "_offsets")
 
-    def __init__(self, ids: np.ndarray, special_mask: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+    def __init__(self, ids: np.ndarray, special_mask: Callable[[np.ndarray], np.ndarray] | None = None,
+                 offsets: np.ndarray | None = None) -> None:
         self._ids: np.ndarray | None = ids
         self._special_mask = special_mask
+        self._offsets = offsets
 
     def _array(self) -> np.ndarray:
         if self._ids is None:
@@ -40,6 +43,15 @@ class Encoding:
     def ids(self) -> list[int]:
         """The ids as a Python list (a copy; prefer ``into_numpy`` for long prompts)."""
         return self._array().tolist()
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """``(n, 2)`` int64 ``[start, end)`` code-point spans of the ids in the text (for segments,
+        in their texts joined); a token with part of a multi-byte character spans that character.
+        ``ValueError`` unless the call had ``return_offsets=True``."""
+        if self._offsets is None:
+            raise ValueError("this Encoding has no offsets: encode with return_offsets=True")
+        return self._offsets
 
     def into_numpy(
         self,

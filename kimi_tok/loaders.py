@@ -10,6 +10,7 @@ from .engine import Policy
 from .tokenizer import Tokenizer
 from .vocab import (KIMI_K3_SHA256, KIMI_PATTERN, embedded_kimi_k3, read_model, read_special_tokens_json,
                     vocabulary_from_ranks)
+from .vocab.files import read_chat_template
 from .vocab.kimi_k3 import kimi_k3_special_tokens
 
 __all__ = ["kimi_k3", "load", "from_tiktoken"]
@@ -73,7 +74,8 @@ def load(
     ``added_tokens_decoder`` gives the special tokens. ``special_tokens`` may be a ``{text: id}``
     dict or the path of a ``special_tokens.json``. Without either, the Kimi K3 vocabulary (known
     by its sha256) gets its 256 special tokens; any other file gets none, as in tiktoken. The
-    Kimi pattern is the default ``pattern``.
+    Kimi pattern is the default ``pattern``. A directory's chat template (``chat_template.jinja``
+    or the config's ``chat_template``) becomes ``tok.chat_template``.
 
     >>> tok = kimi_tok.load("../shared/kimi-k3/tiktoken.model")  # doctest: +SKIP
     >>> tok.encode("<|open|>", allow_special=True).ids  # doctest: +SKIP
@@ -92,6 +94,7 @@ def load(
     elif not isinstance(special_tokens, dict):
         raise TypeError(f"special_tokens must be a dict or a path, not {type(special_tokens).__name__}")
     tok = Tokenizer(vocabulary, special_tokens, pattern or KIMI_PATTERN, name=Path(path).stem, policy=policy)
+    tok.chat_template = read_chat_template(Path(path)) if Path(path).is_dir() else None
     tok._origin = _file_origin(str(Path(path).absolute()), sha256, tok)
     return tok
 

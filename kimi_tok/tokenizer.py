@@ -18,9 +18,12 @@ import numpy as np
 
 from .encoding import Encoding
 from .engine import Engine, Policy
+from .engine.batch import encode_items, validate_items
 from .native.hugepages import in_huge_pages
 from .pipeline.bpe import BpeTables, cached_bpe_tables
-from .pipeline.decode import Decoder
+from .pipeline.decode import Decoder, DecodeStream
+from .pipeline.offsets import token_spans
+from .pipeline.segments import validate_segments
 from .reuse import SegmentReuse
 from .vocab import KIMI_PATTERN, Vocabulary, check_special_tokens
 
@@ -70,6 +73,7 @@ class Tokenizer:
         self._reuse = SegmentReuse(self._engine, policy) if policy.segment_cache_bytes else None
         self._decoder = Decoder(vocabulary, self._special_tokens, tables)
         self.n_vocab: int = self._decoder.n_vocab
+        self.chat_template: str | dict[str, str] | None = None  # a model directory's (``loaders.load``)
         self._origin: tuple | None = None  # (rebuild, args): how ``loaders`` made it, for pickling
 
     # -- settings ---------------------------------------------------------------
@@ -98,7 +102,8 @@ class Tokenizer:
 
     # -- encoding -----------------------------------------------------------------
 
-    def encode(self, text: str, allow_special: bool = False, tiktoken_safe: bool = True) -> Encoding:
+    def encode(self, text: str, allow_special: bool = False, tiktoken_safe: bool = True, *,
+               return_offsets: bool = False) -> Encoding:
         """Encode one text; ``allow_special`` makes special-token text control tokens.
 
         >>> kimi_tok.kimi_k3().encode("<|open|>", allow_special=True).ids
@@ -107,10 +112,10 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, not {type(text).__name__}")
         _check_flag("allow_special", allow_special)
-        return self.encode_segments([(text, allow_special)], tiktoken_safe=tiktoken_safe)
+        return self.encode_segments([(text, allow_special)], tiktoken_safe=tiktoken_safe, return_offsets=return_offsets)
 
     def encode_segments(self, segments: Segments, add_special_tokens: bool = False,
-                        tiktoken_safe: bool = True) -> Encoding:
+                        tiktoken_safe: bool = True, *, return_offsets: bool = False) -> Encoding:
         """Encode ``(text, allow_special)`` segments, each on its own, as the reference does.
 
         ``tiktoken_safe=True`` reproduces the official tokenizer's 400k/25k chunking (exact parity);
@@ -122,7 +127,20 @@ class Tokenizer:
         """
         _check_flag("add_special_tokens", add_special_tokens)
         _check_flag("tiktoken_safe", tiktoken_safe)
-        return Encoding(self._run(segments, bool(tiktoken_safe), want_ids=True).ids, self._decoder.is_special.__getitem__)
+        _check_flag("return_offsets", return_offsets)
+        ids = self._run(segments, bool(tiktoken_safe), want_ids=True).ids
+        spans = token_spans(self._decoder.offset_tables, ids, validate_segments(segments), bool(tiktoken_safe),
+                            self._engine.flags) if return_offsets else None
+        return Encoding(ids, self._decoder.is_special.__getitem__, spans)
+
+    def encode_batch(self, items: Sequence[str | Segments], *, allow_special: bool = False,
+                     tiktoken_safe: bool = True) -> list[Encoding]:
+        """``encode_segments`` of each item (a ``str``: one segment with ``allow_special``) on ``n_jobs``
+        threads; a bad item raises before any is encoded. ``tok.encode_batch(["hi"])[0].ids == [9663]``."""
+        _check_flag("tiktoken_safe", tiktoken_safe)
+        ids = encode_items(self._run, validate_items(items, allow_special), bool(tiktoken_safe), self.policy,
+                           self._engine.fuses)
+        return [Encoding(array, self._decoder.is_special.__getitem__) for array in ids]
 
     def encode_to_numpy(self, segments: Segments, tiktoken_safe: bool = True) -> np.ndarray:
         """``encode_segments(...).into_numpy()["ids"]`` in one call."""
@@ -178,6 +196,11 @@ class Tokenizer:
         """
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
+    def decode_stream(self, skip_special_tokens: bool = False, ids: Iterable[int] | None = None) -> DecodeStream:
+        """Decode generated ids one at a time as ``tokenizers.decoders.DecodeStream`` does (an example:
+        ``pipeline.decode.DecodeStream``); ``ids``: the context before them, already shown."""
+        return DecodeStream(self._decoder, skip_special_tokens, ids)
+
     def token_bytes(self, id: int) -> bytes:
         """The bytes of one token id."""
         return self.decode_bytes([id])
@@ -226,6 +249,14 @@ class Tokenizer:
         return rebuild, (*args, policy_state(self.policy))
 
     # -- interop ----------------------------------------------------------------------
+
+    def apply_chat_template(self, messages: Sequence[dict], chat_template: str | None = None,
+                            add_generation_prompt: bool = False, tokenize: bool = True, **template_vars: Any) -> Any:
+        """A Hugging Face chat template rendered with trust boundaries (``interop.chat``; needs ``jinja2``):
+        an ``Encoding``, or with ``tokenize=False`` its ``(text, allow_special)`` segments."""
+        from .interop.chat import apply_chat_template
+
+        return apply_chat_template(self, messages, chat_template, add_generation_prompt, tokenize, template_vars)
 
     def as_tiktoken(self) -> Any:
         """A ``tiktoken.Encoding`` drop-in (``interop.tiktoken_compat.TiktokenEncoding``).

@@ -3,16 +3,23 @@
 Every id's bytes (mergeable tokens and special tokens alike) lie in one buffer with dense
 offsets (``Decoder``), so decoding gathers spans in one compiled call; no Python object per
 id. ``id_to_token``/``token_to_id`` spell mergeable tokens in GPT-2's byte-level alphabet, as
-Hugging Face shows them.
+Hugging Face shows them. ``DecodeStream`` decodes generated ids one at a time, as
+``tokenizers.decoders.DecodeStream`` does.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
 
 import numpy as np
 
 from ..native.jit import kernel
 from ..vocab.files import Vocabulary
 from .bpe import BpeTables, lookup_token
+from .offsets import OffsetTables, offset_tables
+
+REPLACEMENT_CHARACTER = "\ufffd"
 
 
 @kernel
@@ -116,6 +123,11 @@ class Decoder:
             raise ValueError(f"ids[{where}] = {array[where]} is not a token id of this vocabulary")
         return array
 
+    @functools.cached_property
+    def offset_tables(self) -> OffsetTables:
+        """Per id, the characters that start in its bytes (``offsets``), made on first use."""
+        return OffsetTables(*offset_tables(self.all_bytes, self.all_offsets))
+
     def is_token(self, id_: int) -> bool:
         """Whether ``id_`` (an int) is a mergeable or special token of this vocabulary."""
         return 0 <= id_ < self.n_vocab and bool(self.is_valid[id_])
@@ -150,3 +162,88 @@ class Decoder:
         if self.is_special[id_]:
             return raw.decode("utf-8")
         return byte_level(raw)
+
+
+class DecodeStream:
+    """Incremental decoding of generated ids (``Tokenizer.decode_stream``): ``step(id)`` returns
+    the text that id completes, or None while it is partial (a character split over ids waits
+    for its last byte). Joined, the pieces are ``decode(ids)`` up to its last whole character.
+
+    The state machine of ``tokenizers.decoders.DecodeStream`` (tokenizers 0.23.3), step for step:
+    it keeps the ids since the text last returned and the text the first ``_prefix_index`` of
+    them decode to (``_prefix``); a text that ends in U+FFFD (an incomplete or invalid byte
+    sequence, decoded as ``Tokenizer.decode`` does) waits for the next id. Each step decodes
+    only those few ids, never the whole stream (a run of invalid bytes is decoded again at each
+    step until a character completes, as in ``tokenizers``).
+
+    >>> stream = tok.decode_stream()
+    >>> [stream.step(i) for i in tok.encode("😀x").ids]
+    [None, '😀', 'x']
+    """
+
+    __slots__ = ("_decoder", "skip_special_tokens", "_ids", "_pieces", "_prefix", "_prefix_index")
+
+    def __init__(self, decoder, skip_special_tokens: bool = False, ids=None) -> None:
+        if not isinstance(skip_special_tokens, (bool, np.bool_)):
+            raise TypeError(f"skip_special_tokens must be a bool, not {type(skip_special_tokens).__name__}")
+        self._decoder = decoder
+        self.skip_special_tokens = bool(skip_special_tokens)
+        self._ids: list[int] = []  # the ids since the text last returned, as tokenizers keeps them
+        self._pieces: list[bytes] = []  # their bytes (none for a skipped special token)
+        self._prefix = ""  # what the first ``_prefix_index`` of them decode to
+        self._prefix_index = 0
+        if ids is not None:
+            self._extend(decoder.check_ids(ids).tolist())
+
+    def _extend(self, ids: list[int]) -> None:
+        decoder = self._decoder
+        skip = self.skip_special_tokens
+        self._ids += ids
+        self._pieces += [b"" if skip and decoder.is_special[i] else decoder.token_bytes(i) for i in ids]
+
+    def step(self, id: int | Sequence[int]) -> str | None:
+        """Add the next id (or a list of ids): the text completed since the last text returned, or
+        None. ``ValueError`` for an id outside the vocabulary (the stream is left as it was)."""
+        decoder = self._decoder
+        if type(id) is int and 0 <= id < decoder.n_vocab and decoder.is_valid[id]:
+            new = [id]  # the common case, without a NumPy call
+        else:
+            new = decoder.check_ids(id if isinstance(id, (list, tuple, np.ndarray)) else [id]).tolist()
+        pieces = self._pieces
+        if not self._prefix and pieces:
+            prefix = _text(pieces)
+            if not prefix.endswith(REPLACEMENT_CHARACTER):
+                self._prefix, self._prefix_index = prefix, len(pieces)
+        self._extend(new)
+        text = _text(pieces)
+        prefix = self._prefix
+        if text.endswith(REPLACEMENT_CHARACTER) or not _longer(text, prefix):
+            return None
+        if not text.startswith(prefix):
+            raise ValueError(f"decode stream: the text of ids {self._ids} does not start with the text "
+                             f"returned before ({prefix!r})")
+        new_prefix_index = len(pieces) - self._prefix_index
+        del self._ids[:self._prefix_index], pieces[:self._prefix_index]
+        self._prefix = _text(pieces)
+        self._prefix_index = new_prefix_index
+        return text[len(prefix):]
+
+    def __copy__(self) -> DecodeStream:
+        twin = DecodeStream(self._decoder, self.skip_special_tokens)
+        twin._ids, twin._pieces = list(self._ids), list(self._pieces)
+        twin._prefix, twin._prefix_index = self._prefix, self._prefix_index
+        return twin
+
+    def __deepcopy__(self, memo: dict) -> DecodeStream:
+        return self.__copy__()
+
+
+def _text(pieces: list[bytes]) -> str:
+    return b"".join(pieces).decode("utf-8", "replace")
+
+
+def _longer(text: str, prefix: str) -> bool:
+    """Whether ``text`` has more UTF-8 bytes than ``prefix`` (``tokenizers`` compares byte lengths)."""
+    if len(text) > len(prefix) and text.startswith(prefix):
+        return True
+    return len(text.encode("utf-8", "surrogatepass")) > len(prefix.encode("utf-8", "surrogatepass"))

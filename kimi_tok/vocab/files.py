@@ -231,6 +231,23 @@ def read_tokenizer_config(path: Path) -> dict[str, int]:
     return specials
 
 
+def read_chat_template(directory: Path) -> str | dict[str, str] | None:
+    """A model directory's chat template: ``chat_template.jinja``, else ``tokenizer_config.json``'s
+    ``chat_template`` (a str, or a list of ``{"name", "template"}`` read as a dict); None if none."""
+    directory = Path(directory)
+    if (directory / "chat_template.jinja").is_file():
+        return (directory / "chat_template.jinja").read_text("utf-8")
+    config_path = directory / "tokenizer_config.json"
+    config = read_json(config_path) if config_path.is_file() else {}
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if template is None or isinstance(template, str):
+        return template
+    if isinstance(template, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                          and isinstance(t.get("template"), str) for t in template):
+        return {t["name"]: t["template"] for t in template}
+    raise ValueError(f"{config_path}: chat_template must be a str or a list of {{'name': str, 'template': str}}")
+
+
 def read_model(path: Path) -> tuple[Vocabulary, dict[str, int] | None, str]:
     """A ``tiktoken.model`` file, or a directory with it and ``tokenizer_config.json``:
     ``(vocabulary, special tokens of the config or None, sha256 of the model file)``."""
