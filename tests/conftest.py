@@ -1,18 +1,22 @@
-"""Shared fixtures for the kimi_tok test suite.
+"""Shared fixtures for the kimi_tok test suite, and a progress line per test file.
 
 ``tok`` is the packaged Kimi K3 tokenizer and ``ref`` the tiktoken reference
 (tests/reference.py, built from the package's embedded copy of the K3 data, the
 encoding of ../shared/kimi-k3/README.md). Every expected id in this suite comes
-from ``ref``; none is hard-coded.
+from ``ref``; none is hard-coded. ``FileProgress`` prints one line when a file's
+last test ends, so that ``pytest -q`` shows where a long run is and what it costs.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
+import resource
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +47,58 @@ def pytest_configure(config):
     _saved_cache_env = os.environ.get(_CACHE_ENV)
     _test_cache_dir = tempfile.mkdtemp(prefix="kimi_tok_test_cache_")
     os.environ[_CACHE_ENV] = _test_cache_dir
+
+
+def pytest_sessionstart(session):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")  # registered by now
+    if reporter is not None:
+        session.config.pluginmanager.register(FileProgress(reporter), "kimi_tok_file_progress")
+
+
+class FileProgress:
+    """One line per test file when its last test ends, e.g.
+    ``tests/api/test_cli.py: 31 passed in 14.2 s  [3:05 so far; peak RSS 1.9 GB, of a child 0.6 GB]``."""
+
+    def __init__(self, reporter) -> None:
+        self.reporter = reporter
+        self.started = time.perf_counter()
+        self.last_test: dict[str, str] = {}  # file -> node id of its last collected test
+        self.file_started: dict[str, float] = {}
+        self.outcomes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+
+    def pytest_collection_finish(self, session) -> None:
+        for item in session.items:
+            self.last_test[_file_of(item.nodeid)] = item.nodeid
+
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        self.file_started.setdefault(_file_of(nodeid), time.perf_counter())
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.when == "call" or report.outcome != "passed":  # setup or teardown errors and skips count too
+            word = "error" if report.when != "call" and report.failed else report.outcome
+            if hasattr(report, "wasxfail"):
+                word = "xfailed" if report.skipped else "xpassed"
+            self.outcomes[_file_of(report.nodeid)][word] += 1
+
+    @pytest.hookimpl(trylast=True)  # after the terminal reporter has written the test's letter
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        path = _file_of(nodeid)
+        if self.last_test.get(path) != nodeid:
+            return
+        now = time.perf_counter()
+        counts = ", ".join(f"{n} {word}" for word, n in sorted(self.outcomes[path].items())) or "nothing run"
+        minutes, seconds = divmod(int(now - self.started), 60)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+        child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # the largest child so far
+        self.reporter.ensure_newline()
+        if getattr(self.reporter._tw, "width_of_current_line", 0):  # after -q's dots: end their line
+            self.reporter._tw.line()
+        self.reporter._tw.line(f"{path}: {counts} in {now - self.file_started.get(path, now):.1f} s  "
+                               f"[{minutes}:{seconds:02d} so far; peak RSS {peak:.1f} GB, of a child {child:.1f} GB]")
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 def pytest_unconfigure(config):
