@@ -533,8 +533,15 @@ class Drawer:
         return "".join(parts)[:n_chars]
 
     def take_mix(self, weights: dict[str, float], n_chars: int, piece_chars: int = 6000) -> str:
-        """``n_chars`` of text whose pieces (about ``piece_chars`` each) come from kinds chosen by weight."""
-        kinds = [k for k in weights if self.pool.sizes.get(k)]
+        """``n_chars`` of text whose pieces (about ``piece_chars`` each) come from kinds chosen by
+        weight (``"lang"``: a language, in proportion to the pool's text of each)."""
+        if "lang" in weights:
+            weights = dict(weights)
+            share = weights.pop("lang")
+            total = sum(self.pool.mb(k) for k in LANGUAGE_KINDS) or 1.0
+            for k in LANGUAGE_KINDS:
+                weights[k] = weights.get(k, 0.0) + share * self.pool.mb(k) / total
+        kinds = [k for k in weights if self.pool.sizes.get(k) and weights[k] > 0]
         if not kinds:
             raise RuntimeError("the real-text pool holds none of the kinds " + ", ".join(weights))
         w = [weights[k] for k in kinds]
@@ -562,15 +569,15 @@ TOOLS = (
     {"name": "read_file", "description": "Read a file from the workspace.",
      "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
 )
-LANGUAGES = {k: 1.0 for k in LANGUAGE_KINDS}
-# Which kinds of text fill each slot of a conversation, by weight.
+# Which kinds of text fill each slot of a conversation, by weight; "lang" is one of the languages,
+# drawn in proportion to the text the pool has of each (so small ones do not run out first).
 SLOT_MIX: dict[str, dict[str, float]] = {
     "system": {"prose": 1.0},
-    "user": {"prose": 3.0, "code": 2.0, "specials": 1.0, **{k: 0.4 for k in LANGUAGES}},
-    "think": {"prose": 3.0, **{k: 0.3 for k in LANGUAGES}},
+    "user": {"prose": 3.0, "code": 2.0, "specials": 1.0, "lang": 1.5},
+    "think": {"prose": 3.0, "lang": 0.5},
     "arguments": {"code": 1.0, "json": 1.0},
-    "tool": {"code": 3.0, "json": 2.0, "prose": 2.0, "ids": 1.0, **{k: 0.3 for k in LANGUAGES}},
-    "response": {"prose": 2.0, "code": 1.0, **{k: 0.3 for k in LANGUAGES}},
+    "tool": {"code": 3.0, "json": 2.0, "prose": 2.0, "ids": 1.0, "lang": 1.0},
+    "response": {"prose": 2.0, "code": 1.0, "lang": 0.75},
 }
 # Share of a prompt's text budget each slot gets (the bulk goes to user and tool texts).
 SLOT_WEIGHT = {"system": 0.5, "user": 8.0, "think": 1.0, "response": 1.0, "arguments": 0.3, "tool": 12.0}
