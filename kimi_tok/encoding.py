@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -33,6 +34,11 @@ class Encoding:
 
     def __len__(self) -> int:
         return len(self._array())
+
+    def __reduce__(self):
+        """Pickled as its ids, offsets and the positions of its special tokens (not the vocabulary's mask)."""
+        known = self._ids is not None and self._special_mask is not None
+        return _unpickled, (self._ids, np.flatnonzero(self._special_mask(self._ids)) if known else None, self._offsets)
 
     def __repr__(self) -> str:
         if self._ids is None:
@@ -80,3 +86,15 @@ class Encoding:
             result["special_tokens_mask"] = self._special_mask(array).astype(ID_DTYPE)
         self._ids = None
         return result
+
+
+def _unpickled(ids: np.ndarray | None, special_positions: np.ndarray | None, offsets: np.ndarray | None) -> Encoding:
+    mask = None if special_positions is None else functools.partial(_mask_at, special_positions)
+    return Encoding(ids, mask, offsets)
+
+
+def _mask_at(positions: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The special-token mask of an unpickled Encoding's ``ids``: true at ``positions``."""
+    mask = np.zeros(len(ids), dtype=bool)
+    mask[positions] = True
+    return mask

@@ -168,6 +168,23 @@ def test_a_tokenizer_made_from_arrays_pickles_its_ranks():
         257, 258, 259]
 
 
+def test_encodings_pickle_their_ids_and_special_positions(tok, ref):
+    enc = tok.encode_segments(PROMPTS[0])
+    data = pickle.dumps(enc)
+    assert len(data) < 4 * len(enc) + 2048  # the uint32 ids and a few positions, not the vocabulary's mask
+    back = pickle.loads(data)
+    with_offsets = tok.encode_segments(PROMPTS[0], return_offsets=True)
+    assert pickle.loads(pickle.dumps(with_offsets)).offsets.tolist() == with_offsets.offsets.tolist()
+    with pytest.raises(ValueError, match="no offsets"):
+        back.offsets
+    want = enc.into_numpy(special_tokens_mask=True)
+    got = pickle.loads(pickle.dumps(back)).into_numpy(special_tokens_mask=True)
+    assert got["ids"].tolist() == want["ids"].tolist() == ref.encode_segments(PROMPTS[0])
+    assert got["special_tokens_mask"].tolist() == want["special_tokens_mask"].tolist()
+    assert want["special_tokens_mask"].any()
+    assert repr(pickle.loads(pickle.dumps(enc))) == "Encoding(drained)"  # enc was drained by into_numpy
+
+
 # -- in other processes ----------------------------------------------------------------------
 
 
