@@ -238,13 +238,8 @@ class Tokenizer:
                 f"pretokenizer={kind})")
 
     def __reduce__(self):
-        """Pickled as the way to make it again: the embedded vocabulary by its sha256 (a few KB),
-        a file by path and sha256 (``loaders``), any other by its ranks; the policy travels
-        (``policy_state``). Tables, caches and helper threads are made anew on the other side.
-
-        >>> pickle.loads(pickle.dumps(tok)).encode("hi").ids == tok.encode("hi").ids
-        True
-        """
+        """Pickled as the way to make it again (the embedded vocabulary by sha256, a file by path and
+        sha256, others by ranks; ``policy_state``): tables, caches, helpers are new on the other side."""
         rebuild, args = self._origin or (tokenizer_from_ranks, ranks_state(self))
         return rebuild, (*args, policy_state(self.policy))
 
