@@ -429,27 +429,33 @@ def serving_table(results: list[dict], versions: dict[str, str]) -> tuple[list[s
 
 
 def plot_serving(summaries: dict[str, list[dict]], path: Path, title: str) -> None:
+    """kimi_tok's speedup over each peer against prompt length: one panel per workload."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    styles = iter(("o-", "s-", "^-", "d-", "v-", "P-", "X-", "*-"))
-    for workload, summary in summaries.items():
-        peers = sorted({n for s in summary for n in s["median_ms"] if not n.startswith(KIMI)})
+    fig, axes = plt.subplots(1, len(summaries), figsize=(6.5 * len(summaries), 4.6), sharey=True, squeeze=False)
+    peers = sorted({n for summary in summaries.values() for s in summary for n in s["median_ms"]
+                    if not n.startswith(KIMI)})
+    style = {peer: (f"C{i}", "os^dvPX*"[i % 8]) for i, peer in enumerate(peers)}
+    for ax, (workload, summary) in zip(axes[0], summaries.items()):
         for peer in peers:
             pts = [(s["tokens"], s["median_ms"][peer] / s["median_ms"][KIMI]) for s in summary
                    if peer in s["median_ms"] and peer not in s["mismatch"]]
             if pts:
-                ax.plot(*zip(*pts), next(styles, "o-"), ms=4, label=f"vs {peer} ({workload})")
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("prompt length (tokens)")
-    ax.set_ylabel("kimi_tok speedup (median time ratio, log)")
-    ax.set_title(title, fontsize=10)
-    save_plot(fig, ax, path)
+                ax.plot(*zip(*pts), marker=style[peer][1], color=style[peer][0], ms=4, label=f"vs {peer}")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("prompt length (tokens)")
+        ax.set_title(workload, fontsize=10)
+        if ax is axes[0][-1]:
+            fig.suptitle(title, fontsize=10)
+            axes[0][0].set_ylabel("kimi_tok speedup (median time ratio, log)")
+            save_plot(fig, ax, path)
+        else:
+            ax.grid(True, which="both", alpha=0.3)
 
 
 def plot_per_kind(summary: dict, path: Path) -> None:
@@ -608,7 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             res = run_serving(encoders, lambda n, seed: sample_prompt(n, seed=seed + 10_000 * (args.seed + 1)),
                               sizes, args.rounds, cold, args.max_peer_s, "synthetic", results_dir)
             tables["synthetic"] = serving_table(res, versions)
-            summaries["synthetic"] = tables["synthetic"][3]
+            summaries["synthetic (kimi_tok.samples)"] = tables["synthetic"][3]
             out["serving_synthetic"] = {"raw": res, "summary": tables["synthetic"][3]}
         how = "; ".join(f"{n}: {p.how}" for n, p in peers.items())
         for key, heading in (("real", "Serving path, real text"), ("synthetic", "Serving path, SYNTHETIC prompts "
