@@ -87,12 +87,12 @@ class ChatText(str):
         return self
 
     @classmethod
-    def of(cls, text: str, origin: str) -> ChatText:
+    def _of(cls, text: str, origin: str) -> ChatText:
         plain = str.__str__(text)
         return cls(plain, ((plain, origin),) if plain else ())
 
     @classmethod
-    def joined(cls, parts: Sequence[tuple[str, str]]) -> ChatText:
+    def _joined(cls, parts: Sequence[tuple[str, str]]) -> ChatText:
         kept: list[tuple[str, str]] = []
         for text, origin in parts:
             if not text:
@@ -105,9 +105,6 @@ class ChatText(str):
 
     def __str__(self) -> ChatText:  # str(x) keeps the parts (Jinja calls str() on every output)
         return self
-
-    def __repr__(self) -> str:
-        return str.__repr__(self)
 
     def _origin(self) -> str | None:
         """The one origin of all parts, or None if they differ."""
@@ -122,24 +119,24 @@ class ChatText(str):
             if end > start and at < stop:
                 out.append((text[max(start - at, 0):min(stop, end) - at], origin))
             at = end
-        return ChatText.joined(out)
+        return ChatText._joined(out)
 
     # -- operations that keep the parts --------------------------------------------------
 
     def __add__(self, other: object) -> ChatText:
         if not isinstance(other, str):
             return NotImplemented
-        return ChatText.joined(self._parts + _parts_of(other))
+        return ChatText._joined(self._parts + _parts_of(other))
 
     def __radd__(self, other: object) -> ChatText:
         if not isinstance(other, str):
             return NotImplemented
-        return ChatText.joined(_parts_of(other) + self._parts)
+        return ChatText._joined(_parts_of(other) + self._parts)
 
     def __mul__(self, n: object) -> ChatText:
         if not isinstance(n, int):
             return NotImplemented
-        return ChatText.joined(self._parts * max(n, 0))
+        return ChatText._joined(self._parts * max(n, 0))
 
     __rmul__ = __mul__
 
@@ -156,7 +153,7 @@ class ChatText(str):
     def __iter__(self):
         for text, origin in self._parts:
             for character in text:
-                yield ChatText.of(character, origin)
+                yield ChatText._of(character, origin)
 
     def __format__(self, spec: str) -> str:
         return self if not spec else combined(str.__format__(self, spec), [self, spec], "format")
@@ -169,7 +166,7 @@ class ChatText(str):
             if i:
                 parts += self._parts
             parts += _parts_of(item)
-        return ChatText.joined(parts)
+        return ChatText._joined(parts)
 
     def strip(self, chars: str | None = None) -> ChatText:
         plain = str.__str__(self)
@@ -192,7 +189,7 @@ class ChatText(str):
     def replace(self, old: str, new: str, count: int = -1) -> ChatText:
         if not isinstance(old, str) or not isinstance(new, str) or not old:
             return combined(str.replace(self, old, new, count), [self, old, new], "replace")
-        return (new if isinstance(new, ChatText) else ChatText.of(new, UNKNOWN)).join(self.split(old, count))
+        return (new if isinstance(new, ChatText) else ChatText._of(new, UNKNOWN)).join(self.split(old, count))
 
     def split(self, sep: str | None = None, maxsplit: int = -1) -> list[ChatText]:
         return self._pieces(str.split(self, sep, maxsplit), [sep], "split")
@@ -213,7 +210,7 @@ class ChatText(str):
         """Pieces of this text: of its one origin, else each of the origins that went in."""
         origin = self._origin()
         if origin is not None:
-            return [ChatText.of(piece, origin) for piece in pieces]
+            return [ChatText._of(piece, origin) for piece in pieces]
         return [combined(piece, [self, *args], what) for piece in pieces]
 
     def _cased(self, method: str) -> ChatText:
@@ -221,7 +218,7 @@ class ChatText(str):
         whole = getattr(str, method)(self)
         parts = [(getattr(str, method)(text), origin) for text, origin in self._parts]
         if "".join(text for text, _ in parts) == whole:
-            return ChatText.joined(parts)
+            return ChatText._joined(parts)
         return combined(whole, [self], method)
 
     def upper(self) -> ChatText:
@@ -258,17 +255,26 @@ def _parts_of(text: str) -> tuple[tuple[str, str], ...]:
     return text._parts if isinstance(text, ChatText) else ((str.__str__(text), UNKNOWN),) if text else ()
 
 
-def _strings(value, found: list[str], depth: int = 0) -> None:
-    """The strings inside ``value`` (nested lists, tuples and dicts, keys too)."""
-    if isinstance(value, str):
-        found.append(value)
-    elif depth < 64 and isinstance(value, (list, tuple)):
-        for item in value:
-            _strings(item, found, depth + 1)
-    elif depth < 64 and isinstance(value, Mapping):
-        for key, item in value.items():
-            _strings(key, found, depth + 1)
-            _strings(item, found, depth + 1)
+def _strings(value) -> tuple[list[str], bool]:
+    """The strings inside ``value`` (nested lists, tuples and dicts, keys too), and whether
+    nothing else could hold text (numbers, bools, None, Undefined and Jinja's contexts aside):
+    an object that is none of these may carry message text in a way not seen here."""
+    found: list[str] = []
+    clear = True
+    stack, seen = [value], set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, (list, tuple, Mapping)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            stack.extend(item.items() if isinstance(item, Mapping) else item)
+        elif not (item is None or isinstance(item, (bool, int, float, jinja2.Undefined, jinja2.Environment,
+                                                    jinja2.nodes.EvalContext, jinja2.runtime.Context))):
+            clear = False
+    return found, clear
 
 
 def combined(result: str, inputs: list, what: str) -> ChatText:
@@ -276,12 +282,11 @@ def combined(result: str, inputs: list, what: str) -> ChatText:
     template text if only template text went in; else message text (or of unknown origin), and
     ``ValueError`` if template text that went in holds a special token (it would be lost, or
     user text would become control tokens) or text of unknown origin does."""
-    strings: list[str] = []
-    _strings(inputs, strings)
+    strings, clear = _strings(inputs)
     parts = [part for text in strings for part in _parts_of(text)]
     origins = {origin for _, origin in parts}
-    if origins == {TEMPLATE}:
-        return ChatText.of(result, TEMPLATE)
+    if origins == {TEMPLATE} and clear:
+        return ChatText._of(result, TEMPLATE)
     if MESSAGE in origins:
         for text, origin in parts:
             token = _special_in(text) if origin != MESSAGE else None
@@ -291,16 +296,20 @@ def combined(result: str, inputs: list, what: str) -> ChatText:
                     f"chat template: {what} mixes message text with {where} holding the special token {token!r}, "
                     "so the result cannot keep the trust boundary; emit the special token as template text of "
                     "its own (see docs/serving.md)")
-    return ChatText.of(result, MESSAGE if MESSAGE in origins else UNKNOWN)
+    return ChatText._of(result, MESSAGE if MESSAGE in origins else UNKNOWN)
 
 
 def _tracked(result, inputs: list, what: str):
-    if isinstance(result, ChatText) or not isinstance(result, (str, list, tuple)):
+    """``result`` of a filter or method: its text (or texts) with the origins of ``inputs`` where
+    its own parts lost track somewhere (a part of unknown origin: Python code joined strings)."""
+    if isinstance(result, ChatText) and all(origin != UNKNOWN for _, origin in result._parts):
+        return result
+    if not isinstance(result, (str, list, tuple)):
         return result
     if isinstance(result, str):
-        return combined(result, inputs, what)
+        return combined(str.__str__(result), inputs, what)
     if all(isinstance(item, str) for item in result):
-        return type(result)(item if isinstance(item, ChatText) else combined(item, inputs, what) for item in result)
+        return type(result)(_tracked(item, inputs, what) for item in result)
     return result
 
 
@@ -349,7 +358,7 @@ def _finalize(value: Any) -> ChatText:
     """Every ``{{ ... }}`` output as a ``ChatText``: a non-``ChatText`` value's text is of unknown origin."""
     if isinstance(value, ChatText):
         return value
-    return ChatText.of(str(value), UNKNOWN)
+    return ChatText._of(str(value), UNKNOWN)
 
 
 def _concat(chunks) -> ChatText:
@@ -357,7 +366,7 @@ def _concat(chunks) -> ChatText:
     parts: list[tuple[str, str]] = []
     for chunk in chunks:
         parts += _parts_of(chunk) if isinstance(chunk, str) else _parts_of(str(chunk))
-    return ChatText.joined(parts)
+    return ChatText._joined(parts)
 
 
 def _concat_operands(values: list) -> ChatText:
@@ -376,7 +385,7 @@ def _join(environment, value, d: str = "", attribute=None) -> ChatText:
     """Jinja's ``join`` filter, keeping the parts."""
     if attribute is not None:
         value = map(make_attrgetter(environment, attribute), value)
-    separator = d if isinstance(d, ChatText) else ChatText.of(str(d), UNKNOWN)
+    separator = d if isinstance(d, ChatText) else ChatText._of(str(d), UNKNOWN)
     return separator.join([item if isinstance(item, str) else str(item) for item in value])
 
 
@@ -390,12 +399,18 @@ def _tracked_filter(name: str, function):
     return tracked
 
 
+def _as_text(value) -> ChatText:
+    """``{{ x | as_text }}``: all of ``x``, template text too, as one ordinary-text segment (a
+    template that lays out attributes as one segment, as Kimi K3's renderer does)."""
+    return ChatText._of(value if isinstance(value, str) else str(value), MESSAGE)
+
+
 def _raise_exception(message) -> None:
     raise jinja2.exceptions.TemplateError(str(message))
 
 
 def _strftime_now(format: str) -> ChatText:
-    return ChatText.of(datetime.now().strftime(format), UNKNOWN)
+    return ChatText._of(datetime.now().strftime(format), UNKNOWN)
 
 
 class ChatEnvironment(ImmutableSandboxedEnvironment):
@@ -405,11 +420,11 @@ class ChatEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _Generation],
                          finalize=_finalize)
         self.concat = _concat  # type: ignore[assignment]  # before any template is compiled
-        self.chat_template_text = functools.partial(ChatText.of, origin=TEMPLATE)
+        self.chat_template_text = functools.partial(ChatText._of, origin=TEMPLATE)
         self.chat_concat = _concat_operands
         for name, function in list(self.filters.items()):
             self.filters[name] = _tracked_filter(name, function)
-        self.filters.update(tojson=_tojson, join=_join)
+        self.filters.update(tojson=_tojson, join=_join, as_text=_as_text)
         self.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
 
     def wrap_str_format(self, value: Any):
@@ -437,12 +452,12 @@ def compile_chat_template(source: str) -> jinja2.Template:
     try:
         tree = _MarkTemplateText().visit(_environment.parse(source))
     except jinja2.exceptions.TemplateSyntaxError as e:
-        raise ValueError(f"chat template: line {e.lineno}: {e.message}") from None
+        raise ValueError(f"chat template line {e.lineno}: {e.message}") from None
     tree.set_environment(_environment)
     try:
         return _environment.from_string(tree)
     except jinja2.exceptions.TemplateSyntaxError as e:  # e.g. an unknown filter, found when compiling
-        raise ValueError(f"chat template: line {e.lineno}: {e.message}") from None
+        raise ValueError(f"chat template line {e.lineno}: {e.message}") from None
 
 
 # -- inputs -----------------------------------------------------------------------------
@@ -452,7 +467,7 @@ def wrapped(value: Any, origin: str, where: str, depth: int = 0) -> Any:
     """``value`` with every string (dict keys too) a ``ChatText`` of ``origin``; JSON-like values only
     for message content (``TypeError`` naming ``where`` otherwise)."""
     if isinstance(value, str):
-        return ChatText.of(value, origin)
+        return ChatText._of(value, origin)
     if depth > 100:
         raise ValueError(f"{where}: nested more than 100 levels deep")
     if isinstance(value, Mapping):

@@ -146,3 +146,14 @@ def test_bench_quick_runs_checks_ids_and_leaves_tracked_files_alone(tmp_path):
         assert "_broken" in row["mismatch"] and "first difference at id" in row["mismatch"]["_broken"]
         assert set(row["mismatch"]) == {"_broken"}, row["mismatch"]  # kimi_tok and the real peers agree
         assert (row.get("best_peer") or row.get("fastest_peer")) in peers
+
+
+def test_batch_bench_compares_encode_batch_with_a_loop():
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.batch", "--prompts", "6", "--chars", "3000", "--rounds", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "KIMI_TOK_N_JOBS": "2"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for line in ("6 prompts of 3,000 characters", "n_jobs=2", "loop of encode_segments: median",
+                 "encode_batch:            median", "ratio: "):
+        assert line in result.stdout, result.stdout
