@@ -680,9 +680,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _git_commit() -> str:
+    """The commit measured, with ``+changes`` when kimi_tok/ differs from it in the working tree."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "?"
+        run = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: E731
+                                        timeout=10).stdout.strip()
+        commit = run("rev-parse", "--short", "HEAD") or "?"
+        return commit + ("+changes" if run("status", "--porcelain", "--", "kimi_tok") else "")
     except (OSError, subprocess.SubprocessError):
         return "?"
 
