@@ -75,6 +75,8 @@ class Decoder:
         specials = sorted(special_tokens.items(), key=lambda kv: kv[1])
         lengths = np.zeros(self.n_vocab, dtype=np.int64)
         lengths[:n_ranks] = np.diff(vocabulary.token_offsets)
+        self.special_ids = frozenset(special_tokens.values())
+        self.bytes_seen: dict[int, bytes] = {}  # the bytes of ids a DecodeStream met (one dict probe a step)
         self.is_special = np.zeros(self.n_vocab, dtype=np.bool_)
         self.is_valid = np.zeros(self.n_vocab, dtype=np.bool_)
         self.is_valid[:n_ranks] = True
@@ -126,7 +128,7 @@ class Decoder:
     @functools.cached_property
     def offset_tables(self) -> OffsetTables:
         """Per id, the characters that start in its bytes (``offsets``), made on first use."""
-        return OffsetTables(*offset_tables(self.all_bytes, self.all_offsets))
+        return offset_tables(self.all_bytes, self.all_offsets)
 
     def is_token(self, id_: int) -> bool:
         """Whether ``id_`` (an int) is a mergeable or special token of this vocabulary."""
@@ -138,6 +140,13 @@ class Decoder:
     def token_bytes(self, id_: int) -> bytes:
         """The bytes of one valid id."""
         return self.all_bytes[self.all_offsets[id_]:self.all_offsets[id_ + 1]].tobytes()
+
+    def seen_token_bytes(self, id_: int) -> bytes:
+        """``token_bytes`` of a valid id, kept in ``bytes_seen`` for the next time."""
+        raw = self.bytes_seen.get(id_)
+        if raw is None:
+            raw = self.bytes_seen[id_] = self.token_bytes(id_)
+        return raw
 
     def token_to_id(self, token: str) -> int | None:
         if not isinstance(token, str):
@@ -193,28 +202,31 @@ class DecodeStream:
         self._prefix = ""  # what the first ``_prefix_index`` of them decode to
         self._prefix_index = 0
         if ids is not None:
-            self._extend(decoder.check_ids(ids).tolist())
+            self._ids = decoder.check_ids(ids).tolist()
+            self._pieces = [self._piece(i) for i in self._ids]
 
-    def _extend(self, ids: list[int]) -> None:
-        decoder = self._decoder
-        skip = self.skip_special_tokens
-        self._ids += ids
-        self._pieces += [b"" if skip and decoder.is_special[i] else decoder.token_bytes(i) for i in ids]
+    def _piece(self, id_: int) -> bytes:
+        """The bytes a valid id adds to the text (none for a skipped special token)."""
+        if self.skip_special_tokens and id_ in self._decoder.special_ids:
+            return b""
+        return self._decoder.seen_token_bytes(id_)
 
     def step(self, id: int | Sequence[int]) -> str | None:
         """Add the next id (or a list of ids): the text completed since the last text returned, or
         None. ``ValueError`` for an id outside the vocabulary (the stream is left as it was)."""
         decoder = self._decoder
-        if type(id) is int and 0 <= id < decoder.n_vocab and decoder.is_valid[id]:
-            new = [id]  # the common case, without a NumPy call
+        if type(id) is int and id in decoder.bytes_seen:  # an id met before: valid, its bytes known
+            new, new_pieces = [id], [self._piece(id)]
         else:
             new = decoder.check_ids(id if isinstance(id, (list, tuple, np.ndarray)) else [id]).tolist()
+            new_pieces = [self._piece(i) for i in new]
         pieces = self._pieces
         if not self._prefix and pieces:
             prefix = _text(pieces)
             if not prefix.endswith(REPLACEMENT_CHARACTER):
                 self._prefix, self._prefix_index = prefix, len(pieces)
-        self._extend(new)
+        self._ids += new
+        pieces += new_pieces
         text = _text(pieces)
         prefix = self._prefix
         if text.endswith(REPLACEMENT_CHARACTER) or not _longer(text, prefix):

@@ -31,18 +31,18 @@ NO_WIDE = np.zeros(0, dtype=np.int64)
 
 
 class OffsetTables(NamedTuple):
-    """Per id: how many characters start in its bytes, and whether it starts inside one."""
+    """Per id, ``(characters that start in its bytes) << 1 | (its first byte is a continuation
+    byte)``: one small array (uint16 where it fits: 320 KB for K3), probed once per token."""
 
-    leads: np.ndarray  # int64
-    starts_inside: np.ndarray  # bool: its first byte is a continuation byte
+    per_id: np.ndarray
 
 
 @kernel
-def offset_tables(all_bytes, all_offsets):
+def count_leads(all_bytes, all_offsets):
     """``(leads, starts_inside)`` of every id of a vocabulary (``Decoder.all_bytes``/``all_offsets``)."""
     n = all_offsets.shape[0] - 1
     leads = np.zeros(n, dtype=np.int64)
-    starts_inside = np.zeros(n, dtype=np.bool_)
+    starts_inside = np.zeros(n, dtype=np.int64)
     for t in range(n):
         start = all_offsets[t]
         end = all_offsets[t + 1]
@@ -51,12 +51,21 @@ def offset_tables(all_bytes, all_offsets):
             if (all_bytes[k] & CONTINUATION_MASK) != CONTINUATION:
                 count += 1
         leads[t] = count
-        starts_inside[t] = end > start and (all_bytes[start] & CONTINUATION_MASK) == CONTINUATION
+        if end > start and (all_bytes[start] & CONTINUATION_MASK) == CONTINUATION:
+            starts_inside[t] = 1
     return leads, starts_inside
 
 
+def offset_tables(all_bytes: np.ndarray, all_offsets: np.ndarray) -> OffsetTables:
+    """The ``OffsetTables`` of a vocabulary (a few ms, once: ``Decoder.offset_tables``)."""
+    leads, starts_inside = count_leads(all_bytes, all_offsets)
+    per_id = (leads << 1) | starts_inside
+    small = per_id.max(initial=0) <= np.iinfo(np.uint16).max
+    return OffsetTables(per_id.astype(np.uint16) if small else per_id)  # small: it stays in cache after an encode
+
+
 @kernel
-def character_spans(ids, leads, starts_inside, wide):
+def character_spans(ids, per_id, wide):
     """``(spans, n_characters)``: ``spans[i]`` is id ``i``'s ``[start, end)`` in characters of the
     concatenated bytes, where the characters at the (sorted) indices ``wide`` count two. An id
     that starts inside a character starts where that character starts (0 if none came before:
@@ -68,9 +77,9 @@ def character_spans(ids, leads, starts_inside, wide):
     wide_before_start = 0
     wide_before_end = 0
     for i in range(n):
-        t = ids[i]
-        first = chars - 1 if starts_inside[t] and chars > 0 else chars
-        end = chars + leads[t]
+        entry = np.int64(per_id[ids[i]])
+        first = chars - 1 if (entry & 1) and chars > 0 else chars
+        end = chars + (entry >> 1)
         while wide_before_start > 0 and wide[wide_before_start - 1] >= first:  # only after an empty id
             wide_before_start -= 1
         while wide_before_start < n_wide and wide[wide_before_start] < first:
@@ -120,13 +129,12 @@ def token_spans(tables: OffsetTables, ids: np.ndarray, segments: Sequence[tuple[
     >>> token_spans(tok._decoder.offset_tables, tok.encode_to_numpy(segments), segments, True, flags).tolist()
     [[0, 8], [8, 9], [9, 11], [11, 13]]
     """
-    spans, n_chars = character_spans(ids, tables.leads, tables.starts_inside, NO_WIDE)
+    spans, n_chars = character_spans(ids, tables.per_id, NO_WIDE)
     if n_chars != sum(len(text) for text, _ in segments):  # surrogate pairs became one character each
-        spans, _ = character_spans(ids, tables.leads, tables.starts_inside,
-                                   wide_characters(segments, tiktoken_safe, flags))
+        spans, _ = character_spans(ids, tables.per_id, wide_characters(segments, tiktoken_safe, flags))
     return spans
 
 
 def token_starts(tables: OffsetTables, ids: np.ndarray) -> np.ndarray:
     """Where each id starts, in characters of the ids' bytes decoded (tiktoken's ``decode_with_offsets``)."""
-    return character_spans(ids, tables.leads, tables.starts_inside, NO_WIDE)[0][:, 0]
+    return character_spans(ids, tables.per_id, NO_WIDE)[0][:, 0]
