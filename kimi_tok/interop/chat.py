@@ -354,24 +354,32 @@ class _Generation(Extension):
         return caller()
 
 
-def _finalize(value: Any) -> ChatText:
-    """Every ``{{ ... }}`` output as a ``ChatText``: a non-``ChatText`` value's text is of unknown origin."""
+def _text_of(value: Any) -> ChatText:
+    """``str(value)`` with origins: a ``str`` not made here is of unknown origin; a list or dict
+    takes the origins of the strings in it (``combined``); a number is of unknown origin."""
     if isinstance(value, ChatText):
         return value
-    return ChatText._of(str(value), UNKNOWN)
+    if isinstance(value, str):
+        return ChatText._of(value, UNKNOWN)
+    return combined(str(value), [value], "str()")
+
+
+def _finalize(value: Any) -> ChatText:
+    """Every ``{{ ... }}`` output as a ``ChatText`` (``_text_of``)."""
+    return _text_of(value)
 
 
 def _concat(chunks) -> ChatText:
     """``Environment.concat`` (blocks, macros, ``{% set %}`` captures, the whole render), keeping the parts."""
     parts: list[tuple[str, str]] = []
     for chunk in chunks:
-        parts += _parts_of(chunk) if isinstance(chunk, str) else _parts_of(str(chunk))
+        parts += _text_of(chunk)._parts
     return ChatText._joined(parts)
 
 
 def _concat_operands(values: list) -> ChatText:
     """``a ~ b``: ``str()`` of each operand, joined with their parts."""
-    return _concat(value if isinstance(value, str) else str(value) for value in values)
+    return _concat(values)
 
 
 def _tojson(value, ensure_ascii: bool = False, indent=None, separators=None, sort_keys: bool = False) -> ChatText:
@@ -386,7 +394,7 @@ def _join(environment, value, d: str = "", attribute=None) -> ChatText:
     if attribute is not None:
         value = map(make_attrgetter(environment, attribute), value)
     separator = d if isinstance(d, ChatText) else ChatText._of(str(d), UNKNOWN)
-    return separator.join([item if isinstance(item, str) else str(item) for item in value])
+    return separator.join([_text_of(item) for item in value])
 
 
 def _tracked_filter(name: str, function):

@@ -256,6 +256,7 @@ KEEP = [  # uses that keep the boundary: they render, and the payload stays text
     "{% set ns = namespace(t='<|open|>') %}{% set ns.t = ns.t + m.content %}{{ ns.t }}",
     "{{ (m.content ~ '<|open|>') | upper }}", "{{ m.role | capitalize }}: {{ m.content | pprint }}",
     "{{ m.content.replace('<|', '[') }}", "{{ m.content | batch(7) | map('join') | join('<|sep|>') }}",
+    "{{ [m.content, 1] }}", "{{ m }}",
 ]
 RAISE = [  # uses that cannot keep it: message text mixed past following with a control token's text
     "{{ (m.content ~ '<|open|>') | title }}", "{{ '<|open|>%s' | format(m.content) }}",
@@ -264,6 +265,7 @@ RAISE = [  # uses that cannot keep it: message text mixed past following with a 
     "{% filter wordwrap %}<|open|>{{ m.content }}{% endfilter %}",
     "{% set ns = namespace(c=m.content) %}{{ [ns, '<|open|>'] | string }}",  # text inside an object
     "{{ {'role': '<|open|>', 'deep': m.deep} | tojson }}",
+    "{{ [m.content, '<|open|>'] }}",
 ]
 
 
