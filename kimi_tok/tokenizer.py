@@ -138,8 +138,8 @@ class Tokenizer:
         """``encode_segments`` of each item (a ``str``: one segment with ``allow_special``) on ``n_jobs``
         threads; a bad item raises before any is encoded. ``tok.encode_batch(["hi"])[0].ids == [9663]``."""
         _check_flag("tiktoken_safe", tiktoken_safe)
-        ids = encode_items(self._run, validate_items(items, allow_special), bool(tiktoken_safe), self.policy,
-                           self._engine.fuses)
+        ids = encode_items(self._run, validate_items(items, allow_special), bool(tiktoken_safe), self._engine,
+                           self._reuse is not None)
         return [Encoding(array, self._decoder.is_special.__getitem__) for array in ids]
 
     def encode_to_numpy(self, segments: Segments, tiktoken_safe: bool = True) -> np.ndarray:

@@ -1,12 +1,16 @@
 """Many prompts in one call (``Tokenizer.encode_batch``): items spread over threads.
 
 Every item is validated first, so a bad one raises (naming ``items[i]`` and its segment)
-before any work. Then items that are long enough to fan out on their own (``fans_out``)
-are encoded one after another by this thread, each over the engine's pool as a single call
-would be. The other items are taken one at a time, in order, by this thread and
-``n_jobs - 1`` batch workers: an item runs the compiled stages without the GIL, so one
-worker packs its next item while another encodes. Each item goes through the caller's own
-``encode`` (the segment cache included), so its ids are those of ``encode_segments``.
+before any work. Then, for a tokenizer with a segment cache, each item goes through the
+cache as its own call (``encode_each``): items long enough to fan out on their own
+(``fans_out``) are encoded one after another by this thread, each over the engine's pool as
+a single call would be; the others are taken one at a time, in order, by this thread and
+``n_jobs - 1`` batch workers (an item runs the compiled stages without the GIL, so one
+worker packs its next item while another encodes). Without a segment cache there is nothing
+to look up per item: consecutive items are encoded as one engine call of all their segments
+(``encode_in_groups``, up to ``GROUP_CHARS`` of text each), which shares its parts over the
+threads, and the ids are cut back into items. Segments are encoded each on its own, so
+either way an item's ids are those of ``encode_segments``.
 
 The batch workers are threads of their own, not the engine's pool: an item that fans out
 after all (its UTF-8 is longer than its characters suggest) waits on the engine's pool, so
@@ -24,9 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..pipeline.segments import validate_segments
+from .engine import Engine
 from .policy import Policy
 
 Segments = list[tuple[str, bool]]
+GROUP_CHARS = 1 << 22  # text per engine call of a batch without a cache (its output is 4 bytes per byte)
 
 _workers: ThreadPoolExecutor | None = None
 _workers_pid = 0
@@ -87,15 +93,39 @@ def fans_out(n_chars: int, policy: Policy, fuses: bool) -> bool:
     return n_chars >= 2 * (policy.min_bytes_per_shared_job if shares_parts else policy.min_bytes_per_job)
 
 
-def encode_items(run: Callable, items: list[Segments], tiktoken_safe: bool, policy: Policy,
-                 fuses: bool) -> list[np.ndarray]:
-    """The ids of each of ``items`` (validated), as ``run(item, tiktoken_safe, True).ids`` (a
-    Tokenizer's path to its segment cache or engine) gives them: long items first, on this
-    thread; the others shared with up to ``n_jobs - 1`` batch workers. In item order."""
+def encode_items(run: Callable, items: list[Segments], tiktoken_safe: bool, engine: Engine,
+                 cached: bool) -> list[np.ndarray]:
+    """The ids of each of ``items`` (validated), in item order: ``encode_each`` through ``run``
+    (a Tokenizer's path to its segment cache) when ``cached``, else ``encode_in_groups``."""
+    if not cached:
+        return encode_in_groups(engine, items, tiktoken_safe)
+    return encode_each(lambda item: run(item, tiktoken_safe, True).ids, items, engine.policy, engine.fuses)
 
-    def encode(item: Segments) -> np.ndarray:
-        return run(item, tiktoken_safe, True).ids
 
+def encode_in_groups(engine: Engine, items: list[Segments], tiktoken_safe: bool) -> list[np.ndarray]:
+    """Consecutive items as one engine call each (up to ``GROUP_CHARS``, or one longer item), the
+    ids cut back into items (views of the call's array)."""
+    sizes = [sum(len(text) for text, _ in item) for item in items]
+    results: list[np.ndarray] = []
+    start = 0
+    while start < len(items):
+        end, chars = start + 1, sizes[start]
+        while end < len(items) and chars + sizes[end] <= GROUP_CHARS:
+            chars += sizes[end]
+            end += 1
+        group = items[start:end]
+        ids, bounds = engine.encode_with_bounds([segment for item in group for segment in item], tiktoken_safe,
+                                                validated=True)
+        cuts = bounds[np.cumsum([0] + [len(item) for item in group])].tolist()
+        results += [ids[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+        start = end
+    return results
+
+
+def encode_each(encode: Callable[[Segments], np.ndarray], items: list[Segments], policy: Policy,
+                fuses: bool) -> list[np.ndarray]:
+    """``[encode(item) for item in items]``: long items first, on this thread; the others shared
+    with up to ``n_jobs - 1`` batch workers. In item order."""
     results: list[np.ndarray | None] = [None] * len(items)
     short: list[int] = []
     for i, item in enumerate(items):

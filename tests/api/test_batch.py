@@ -126,3 +126,18 @@ def test_str_subclasses_are_their_characters(tok):
             return 0
 
     assert tok.encode_batch([Shouting("hello")])[0].ids == tok.encode("hello").ids
+
+
+def test_without_a_cache_items_are_grouped_into_engine_calls_and_cut_back():
+    """More than ``GROUP_CHARS`` of text in all: several engine calls, each cut back into its items."""
+    from kimi_tok.engine.batch import GROUP_CHARS
+
+    tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=0)
+    big = [sample_text(GROUP_CHARS // 3, seed=20 + k) for k in range(4)]
+    items = [big[0], [], big[1], [("<|open|>", True)], big[2], [(big[3], False), ("", True)], "tail"]
+    assert sum(len(t) for item in items for t in ([item] if isinstance(item, str) else [t for t, _ in item])) \
+        > GROUP_CHARS
+    plain = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+    for item, enc in zip(items, tok.encode_batch(items)):
+        expected = plain.encode(item) if isinstance(item, str) else plain.encode_segments(item)
+        assert np.array_equal(enc.into_numpy()["ids"], expected.into_numpy()["ids"])
