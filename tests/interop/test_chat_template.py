@@ -159,8 +159,8 @@ def check_render(tok, template, messages, **variables):
     assert not any("EVIL" in text or "obey" in text for text, trusted in segments if trusted)
     ids = tok.apply_chat_template(messages, template, **variables).ids
     assert ids == tok.encode_segments(segments).ids
-    safe = tok.apply_chat_template(defused(messages), template,
-                                   **{k: defused(v) if k in ("tools", "documents") else v for k, v in variables.items()})
+    content_vars = {k: defused(v) if k in ("tools", "documents") else v for k, v in variables.items()}
+    safe = tok.apply_chat_template(defused(messages), template, **content_vars)
     assert controls(tok, ids) == controls(tok, safe.ids)
     return segments, ids
 
@@ -248,7 +248,8 @@ KEEP = [  # uses that keep the boundary: they render, and the payload stays text
     "{{ '%s!' | format(m.content) }}", "{{ 'x{}y'.format(m.content) }}", "{{ m.content | list | join }}",
     "{{ m.content | reverse }}", "{{ m.content | first }}{{ m.content | last }}",
     "{% set x %}<|open|>{{ m.content }}{% endset %}{{ x }}", "{% set x = m.content %}{{ x | trim }}",
-    "{% macro q(v) %}<|sep|>{{ v }}{% endmacro %}{{ q(m.content) }}", "{% filter upper %}{{ m.content }}{% endfilter %}",
+    "{% macro q(v) %}<|sep|>{{ v }}{% endmacro %}{{ q(m.content) }}",
+    "{% filter upper %}{{ m.content }}{% endfilter %}",
     "{{ [m.content, 'a'] | join(', ') }}", "{{ m.content | string }}", "{{ m.content | e }}",
     "{{ m.content | striptags }}", "{{ m.content * 2 }}", "{{ m.content | default('none') }}",
     "{% if m.content %}<|open|>{% endif %}{{ m.content | length }}", "{{ m.content.partition('|')[2] }}",
