@@ -56,6 +56,7 @@ MESSAGE = "message"  # from messages, tools or documents: never control tokens
 UNKNOWN = "unknown"  # made where origins are not kept: ordinary text that must hold no special token
 MESSAGE_VARS = ("tools", "documents")  # template variables that carry content, not template text
 
+
 class TrustBoundaryError(ValueError):
     """A template used message text in a way that cannot keep it apart from control tokens."""
 
@@ -93,14 +94,21 @@ class ChatText(str):
 
     @classmethod
     def _joined(cls, parts: Sequence[tuple[str, str]]) -> ChatText:
+        """The parts as one text; adjacent template text becomes one part, empty parts go."""
         kept: list[tuple[str, str]] = []
+        run: list[str] = []  # template text not yet kept
         for text, origin in parts:
             if not text:
                 continue
-            if kept and origin == TEMPLATE and kept[-1][1] == TEMPLATE:  # template text is one run
-                kept[-1] = (kept[-1][0] + text, TEMPLATE)
-            else:
-                kept.append((text, origin))
+            if origin == TEMPLATE:
+                run.append(text)
+                continue
+            if run:
+                kept.append(("".join(run), TEMPLATE))
+                run = []
+            kept.append((text, origin))
+        if run:
+            kept.append(("".join(run), TEMPLATE))
         return cls("".join(text for text, _ in kept), tuple(kept))
 
     def __str__(self) -> ChatText:  # str(x) keeps the parts (Jinja calls str() on every output)
