@@ -20,7 +20,8 @@ Three parts, each printed as a markdown table:
    stops being timed in a row once it has spent ``--max-peer-s`` seconds there.
 2. **Serving path** (ms, default threads: 2 cores here): K3 chat prompts of real text rendered
    with ``render_chat`` (control tokens ``allow_special=True``, all text ``False``), about 1k,
-   10k, 100k and 1M tokens, a fresh prompt every round. kimi_tok is the default ``kimi_k3()``
+   10k, 100k and 1M tokens, a fresh prompt every round (4x the rounds under 100,000 characters,
+   2x under 1M: small prompts are cheap and the noisiest). kimi_tok is the default ``kimi_k3()``
    (segment cache on) with the cache-off figure beside it. Other work runs between calls: the
    encoders take turns (the order rotates every round) and 64 MB of memory is written before each
    call, so CPU caches are cold as in a serving process. Peers without a segments API run the
@@ -362,6 +363,11 @@ def serving_encoders(peers: dict) -> dict[str, Callable[[Segments], object]]:
     }
 
 
+def rounds_for(rounds: int, n_chars: int) -> int:
+    """Small prompts get more rounds: they cost little, and a few milliseconds are the noisiest."""
+    return rounds * (4 if n_chars < 100_000 else 2 if n_chars < 1_000_000 else 1)
+
+
 def run_serving(encoders: dict, make_prompt: Callable[[int, int], list], sizes: list[tuple[str, int]],
                 rounds: int, cold: ColdCaches, max_peer_s: float, title: str, dump_dir: Path) -> list[dict]:
     """Every round: a new prompt of each size, each encoder once (rotating order, cold caches before
@@ -387,7 +393,7 @@ def run_serving(encoders: dict, make_prompt: Callable[[int, int], list], sizes: 
                           flush=True)
         res = {"label": label, "n_chars": n_chars, "segments": [], "tokens": [], "seconds": {n: [] for n in active},
                "mismatch": {}, "skipped": [n for n in names if n not in active]}
-        for r in range(rounds):
+        for r in range(rounds_for(rounds, n_chars)):
             segments = make_prompt(n_chars, k * 1000 + r)
             ref = np.asarray(reference.encode_segments(segments), dtype=np.uint32)
             for name in _rotated(active, r):
@@ -562,9 +568,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "args": {k: v for k, v in vars(args).items() if k != "per_kind_worker"}}
     t_start = time.perf_counter()
     pool = Pool.load()
-    out["load_average_start"] = os.getloadavg()
-    print(f"python {out['python']}, {os.cpu_count()} CPUs, commit {commit}, rounds={args.rounds}, load average "
-          f"{out['load_average_start'][0]:.1f} (a busy machine slows everything), real-text pool {pool.path}:")
+    out["load_average_start"], out["machine_speed_start"] = os.getloadavg(), machine_speed()
+    print(f"python {out['python']}, {os.cpu_count()} CPUs, commit {commit}, rounds={args.rounds}; machine now: load "
+          f"average {out['load_average_start'][0]:.1f}, {out['machine_speed_start']:.0f}M Python loop steps/s "
+          f"(a busy machine slows everything; compare ratios within a run); real-text pool {pool.path}:")
     print("\n".join(pool.summary(dict.fromkeys(args.kind_names + ["code", "prose", "json", "ids", "specials"]))))
     status = 0
 
@@ -634,7 +641,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if key not in tables:
                 continue
             header, rows, notes, _ = tables[key]
-            print(f"\n### {heading}: ms per prompt (median of {args.rounds} rounds, a fresh prompt each round; "
+            print(f"\n### {heading}: ms per prompt (median of {4 * args.rounds} rounds under 100k characters, "
+                  f"{2 * args.rounds} under 1M, {args.rounds} above, a fresh prompt each round; "
                   f"kimi_tok = default kimi_k3(), segment cache on; ✗ = ids differ)\n")
             print(format_markdown_table(header, rows))
             print("\n" + "\n".join(f"- {n}" for n in notes + [f"how the peers are called: {how}"]))
@@ -668,15 +676,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.readme_plot and "real text" in summaries:
                 plot_serving({"real text": summaries["real text"]}, README_PLOT, title)
     out["wall_s"] = time.perf_counter() - t_start
-    out["load_average_end"] = os.getloadavg()
+    out["load_average_end"], out["machine_speed_end"] = os.getloadavg(), machine_speed()
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"bench-{stamp}.json"
     path.write_text(json.dumps(out, indent=1, default=str))
-    print(f"\nresults saved to {path} ({out['wall_s']:.0f} s in all; load average at the end "
-          f"{out['load_average_end'][0]:.1f})")
+    print(f"\nresults saved to {path} ({out['wall_s']:.0f} s in all; at the end: load average "
+          f"{out['load_average_end'][0]:.1f}, {out['machine_speed_end']:.0f}M Python loop steps/s)")
     if status == 2:
         print("ID MISMATCH in kimi_tok: see the notes above", file=sys.stderr)
     return status
+
+
+def machine_speed() -> float:
+    """Millions of pure-Python loop steps per second on one core, right now: a yardstick for comparing
+    runs of this bench made at different times (a busy or throttled machine shows it)."""
+    best = 0.0
+    for _ in range(3):
+        t0, total = time.perf_counter(), 0
+        for i in range(1_000_000):
+            total += i
+        best = max(best, 1.0 / (time.perf_counter() - t0))
+    return best
 
 
 def _git_commit() -> str:
