@@ -27,15 +27,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..native.hashing import EMPTY, find_span, hash_span, mix64
+from ..native.hashing import EMPTY, find_span, hash_span
 from ..native.jit import kernel, leaf
 from ..pipeline import bpe
 from ..pipeline.assembly import ID_DTYPE, SubstringEncoder
-from ..pipeline.bpe.encode import encode_unknown_piece
+from ..pipeline.bpe.encode import encode_short_miss, encode_unknown_piece
 from ..pipeline.bpe.merge import new_merge_scratch
-from ..pipeline.bpe.piece_cache import new_piece_cache
-from ..pipeline.bpe.tables import (NO_MERGE, PACKED_COUNT_SHIFT, PACKED_ID_BITS, SHORT_TOKEN_BYTES, find_short_piece,
-                                   packed_count, packed_id, short_key)
+from ..pipeline.bpe.piece_cache import SHORT_CACHE_ENTRIES, new_piece_cache
+from ..pipeline.bpe.tables import (COUNT_SHIFT, ENTRY_WORDS, ID_BITS, ID_MASK, IDS_PER_WORD, NO_MERGE,
+                                   SHORT_PIECE_BYTES, entry_count, find_entry, short_hash, short_key)
 from .threads import thread_pool
 
 ROUTE_SHIFT = np.uint64(32)  # route by the high bits: the low bits pick hash-table slots
@@ -56,22 +56,33 @@ def route_for_hash(h, n_routes):
 def route_of(buf, start, end, n_routes):
     """The worker that merges the piece ``buf[start:end]`` (and whose short table knows it);
     the hash is the one the tables use for the piece (``classify_pieces``)."""
-    if end - start <= SHORT_TOKEN_BYTES:
-        return route_for_hash(mix64(short_key(buf, start, end)), n_routes)
+    if end - start <= SHORT_PIECE_BYTES:
+        lo, hi = short_key(buf, start, end)
+        return route_for_hash(short_hash(lo, hi), n_routes)
     return route_for_hash(hash_span(buf, start, end), n_routes)
 
 
 @leaf
 def one_id(rank):
-    """A piece value holding one id (the short-table format: count, then 20-bit ids)."""
-    return (np.uint64(1) << np.uint64(PACKED_COUNT_SHIFT)) | np.uint64(rank)
+    """A piece value holding one id (a short entry's first ids word: count, then 20-bit ids)."""
+    return (np.uint64(1) << np.uint64(COUNT_SHIFT)) | np.uint64(rank)
 
 
 @leaf
 def two_ids(first, second):
     """A piece value holding two ids."""
-    count = np.uint64(2) << np.uint64(PACKED_COUNT_SHIFT)
-    return count | np.uint64(first) | (np.uint64(second) << np.uint64(PACKED_ID_BITS))
+    count = np.uint64(2) << np.uint64(COUNT_SHIFT)
+    return count | np.uint64(first) | (np.uint64(second) << np.uint64(ID_BITS))
+
+
+@leaf
+def value_count(value):
+    return np.int64(value >> np.uint64(COUNT_SHIFT))
+
+
+@leaf
+def value_id(value, k):
+    return np.int64((value >> np.uint64(ID_BITS * k)) & np.uint64(ID_MASK))
 
 
 @leaf
@@ -80,8 +91,7 @@ def classify_pieces(tables, short_tables, buf, run_start, run_special, first_pie
     """One pass over a group's pieces: ``piece_value[p]`` gets the packed ids of piece ``p`` when
     a table knows them, else ``MISS``, and each miss's bytes and route are listed (in order).
 
-    A short piece is looked up in the short table of its route, which also holds the short
-    pieces that route merged before. Returns ``(misses, ids known)``; the ids known count the
+    A short piece that is not a token is looked up in its route's table of merged short pieces. Returns ``(misses, ids known)``; the ids known count the
     special tokens too.
     """
     n_routes = short_tables.shape[0]
@@ -104,10 +114,17 @@ def classify_pieces(tables, short_tables, buf, run_start, run_special, first_pie
                     value = one_id(rank)
                 else:
                     value = two_ids(tables.byte_rank[buf[start]], tables.byte_rank[buf[start + 1]])
-            elif length <= SHORT_TOKEN_BYTES:
-                key = short_key(buf, start, end)
-                h = mix64(key)
-                value, _ = find_short_piece(short_tables[route_for_hash(h, n_routes)], key)
+            elif length <= SHORT_PIECE_BYTES:
+                lo, hi = short_key(buf, start, end)
+                h = short_hash(lo, hi)
+                entry, found = find_entry(tables.short_slots, lo, hi, h)
+                if found:
+                    value = tables.short_slots[entry * ENTRY_WORDS + 2]  # a token: count 1, its id
+                else:  # merged before by its route? (a value holds up to 3 ids: more are merged again)
+                    route_table = short_tables[route_for_hash(h, n_routes)]
+                    entry, found = find_entry(route_table, lo, hi, h)
+                    if found and entry_count(route_table, entry) <= IDS_PER_WORD:
+                        value = route_table[entry * ENTRY_WORDS + 2]
             else:
                 h = hash_span(buf, start, end)
                 rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end, h)
@@ -120,7 +137,7 @@ def classify_pieces(tables, short_tables, buf, run_start, run_special, first_pie
                 miss_route[n_misses] = route_for_hash(h, n_routes)
                 n_misses += 1
             else:
-                n_known += packed_count(value)
+                n_known += value_count(value)
             start = end
     return n_misses, n_known
 
@@ -137,24 +154,20 @@ def _longest_miss(miss_start, miss_end, miss_route, route, first, last):
 @leaf
 def _merge_route(tables, buf, miss_start, miss_end, miss_route, route, first, last, miss_at, miss_ids, miss_count,
                  cache, scratch):
-    short_slots = cache.short_slots
     for m in range(first, last):
         if miss_route[m] != route:
             continue
         start = miss_start[m]
         end = miss_end[m]
         at = miss_at[m]
-        short_slot = -1
-        if end - start <= SHORT_TOKEN_BYTES:
-            # merged earlier in this phase (a repeat within the call): one probe
-            packed, short_slot = find_short_piece(short_slots, short_key(buf, start, end))
-            if packed != 0:
-                for k in range(packed_count(packed)):
-                    miss_ids[at + k] = packed_id(packed, k)
-                miss_count[m] = packed_count(packed)
-                continue
-        miss_count[m] = encode_unknown_piece(tables, cache, buf, start, end, miss_ids, at, scratch,
-                                             short_slot) - at
+        if end - start <= SHORT_PIECE_BYTES:
+            # merged earlier in this phase (a repeat within the call), or merged now and added
+            lo, hi = short_key(buf, start, end)
+            miss_count[m] = encode_short_miss(tables, cache, buf, start, end, lo, hi, short_hash(lo, hi), miss_ids,
+                                              at, scratch) - at
+        else:
+            miss_count[m] = encode_unknown_piece(tables, cache, buf, start, end, miss_ids, at, scratch,
+                                                 hash_span(buf, start, end)) - at
 
 
 @kernel
@@ -162,7 +175,7 @@ def merge_misses(tables, buf, miss_start, miss_end, miss_route, route, first, la
                  cache):
     """Merge misses ``first..last-1`` routed to ``route``: ids of miss ``m`` go to
     ``miss_ids[miss_at[m]:]``, their number to ``miss_count[m]``. ``cache`` is the route's."""
-    scratch = new_merge_scratch(_longest_miss(miss_start, miss_end, miss_route, route, first, last))
+    scratch = new_merge_scratch(_longest_miss(miss_start, miss_end, miss_route, route, first, last), cache.pair_memo)
     _merge_route(tables, buf, miss_start, miss_end, miss_route, route, first, last, miss_at, miss_ids, miss_count,
                  cache, scratch)
 
@@ -181,8 +194,8 @@ def assemble_ids(run_special, first_piece, piece_value, miss_at, miss_ids, miss_
             for p in range(first_piece[r], first_piece[r + 1]):
                 value = piece_value[p]
                 if value != MISS:
-                    for k in range(packed_count(value)):
-                        out[n] = packed_id(value, k)
+                    for k in range(value_count(value)):
+                        out[n] = value_id(value, k)
                         n += 1
                 else:
                     for k in range(miss_count[m]):
@@ -197,14 +210,14 @@ class RouteCaches(NamedTuple):
     """One piece cache per route, lent together to one call; their short tables are rows of
     ``short_tables``, so phase 1 can read the table of any route."""
 
-    short_tables: np.ndarray  # uint64[n_routes, 2 * short slots]
+    short_tables: np.ndarray  # uint64[n_routes, short entries]: each route's merged short pieces
     caches: list
 
 
 def new_route_caches(tables, n_routes: int) -> RouteCaches:
     """A full-size piece cache per route (as many caches as the threads used to keep, but each
     holds only its route's pieces, so together they remember ``n_routes`` times more)."""
-    short_tables = np.tile(tables.short_slots, (n_routes, 1))
+    short_tables = np.zeros((n_routes, ENTRY_WORDS * SHORT_CACHE_ENTRIES), dtype=np.uint64)
     return RouteCaches(short_tables, [new_piece_cache(tables, short_slots=short_tables[route])
                                       for route in range(n_routes)])
 

@@ -140,3 +140,39 @@ def uint32_array_at(typingctx, address, length):
         return array._getvalue()
 
     return array_type(address, length), codegen
+
+
+@intrinsic
+def load_u64(typingctx, buf, at):
+    """The 8 bytes ``buf[at:at + 8]`` of a C-contiguous ``uint8`` array as one little-endian
+    ``uint64``, loaded unaligned in one instruction; ``at + 8`` must be within the array (not
+    checked). Keys of short pieces are built from two such loads instead of a byte loop."""
+    if not (isinstance(buf, types.Array) and buf.dtype == types.uint8 and buf.layout == "C"
+            and isinstance(at, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return builder.load(builder.bitcast(pointer, ir.IntType(64).as_pointer()), align=1)
+
+    return types.uint64(buf, at), codegen
+
+
+@intrinsic
+def prefetch(typingctx, array, at):
+    """Ask the CPU to bring the cache line of ``array[at]`` in (LLVM's ``llvm.prefetch``, read, high
+    locality); a hint only: nothing is loaded into a register and an address out of range does no
+    harm. Look-ups of many independent pieces overlap their memory latency this way."""
+    if not (isinstance(array, types.Array) and array.layout == "C" and isinstance(at, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(pointer, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(array, at), codegen

@@ -24,7 +24,7 @@ from kimi_tok.engine import parts, processes as workers, routing, threads as par
 from kimi_tok.engine.policy import BACKEND_ENV, min_bytes_per_job_for
 from kimi_tok.pipeline import bpe
 from kimi_tok.pipeline.bpe.piece_cache import ENTRIES
-from kimi_tok.pipeline.bpe.tables import SHORT_TOKEN_BYTES
+from kimi_tok.pipeline.bpe.tables import SHORT_PIECE_BYTES
 from kimi_tok.samples import render_chat, sample_prompt, sample_text
 
 from tests.conftest import k3_tokenizer, new_k3_tokenizer
@@ -177,13 +177,13 @@ def test_routed_calls_give_sequential_ids_call_after_call(tokenizers, small_grou
 def test_identical_pieces_are_merged_once_by_their_route():
     """Each distinct long unknown piece of a call is merged and stored once, by its route."""
     tok = make_tokenizer(4, "routed", **SMALL_GROUPS)
-    words = [f"zq{'x' * (10 + k)}vj" for k in range(40)]
+    words = [f"zq{'x' * (14 + k)}vj" for k in range(40)]
     rng = np.random.default_rng(0)
     chosen = rng.choice(words, 10_000).tolist()
     text = "\n".join(chosen)  # a newline before a letter: units split there, so groups fan out
     assert len(text) < 400_000  # one tiktoken-safe chunk: no word is cut in two
     pieces = set(chosen)  # the Kimi pattern's pieces are the words and the newlines (tokens)
-    assert all(tok.token_to_id(p) is None and len(p.encode()) > SHORT_TOKEN_BYTES for p in pieces)
+    assert all(tok.token_to_id(p) is None and len(p.encode()) > SHORT_PIECE_BYTES for p in pieces)
     ids = tok.encode(text).into_numpy()["ids"]
     assert np.array_equal(ids, make_tokenizer(1, "threads").encode_to_numpy([(text, False)]))
     (route_caches,) = tok.engine._router._route_caches[4].kept()

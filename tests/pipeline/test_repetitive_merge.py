@@ -95,11 +95,11 @@ def test_vocabularies_that_break_the_shortcut(space_order):
 def merge_both_ways(tables, piece: bytes):
     """``(block merge ids or None if it declined, heap merge ids)`` of one piece."""
     buf = np.frombuffer(piece, dtype=np.uint8)
-    scratch = bpe.new_merge_scratch(len(piece))
+    scratch = bpe.new_merge_scratch(len(piece), bpe.merge.new_pair_memo())
     out = np.zeros(len(piece), dtype=np.uint32)
     n = bpe.merge.merge_repetitive_piece(tables, buf, 0, len(piece), out, 0, scratch)
     blocks = None if n < 0 else out[:n].tolist()
-    n = bpe.merge.merge_long_piece(tables, buf, 0, len(piece), out, 0, bpe.new_merge_scratch(len(piece)))
+    n = bpe.merge.merge_long_piece(tables, buf, 0, len(piece), out, 0, bpe.new_merge_scratch(len(piece), bpe.merge.new_pair_memo()))
     return blocks, out[:n].tolist()
 
 

@@ -1,9 +1,10 @@
 """BPE of the pieces of text runs into one preallocated ``uint32`` array (``encode_runs``).
 
 Each piece is looked up whole first (tiktoken does the same: only a miss is merged): single
-bytes and byte pairs in dense tables, pieces of up to 7 bytes with one probe of the short
-table (which also holds the short pieces this cache merged before), longer ones in the
-byte-span table, and misses in the piece cache before they are merged.
+bytes and byte pairs in dense tables, pieces of up to ``SHORT_PIECE_BYTES`` by one probe of the
+vocabulary's short table and then, with the same key and hash, of the piece cache's table of
+short pieces merged before; longer pieces in the byte-span table, then the piece cache's general
+table. A miss is merged and cached.
 """
 
 from __future__ import annotations
@@ -13,18 +14,41 @@ import numpy as np
 from ...native.hashing import EMPTY, find_span, hash_span
 from ...native.jit import index, kernel, leaf
 from .merge import merge_piece, new_merge_scratch
-from .piece_cache import _add_short_piece, _cache_find, _cache_store
-from .tables import NO_MERGE, SHORT_TOKEN_BYTES, find_short_piece, packed_count, packed_id, short_key
+from .piece_cache import IN_GENERAL_TABLE, _cache_find, _cache_store, add_short_piece
+from .tables import NO_MERGE, SHORT_PIECE_BYTES, entry_count, entry_id, find_entry, short_hash, short_key
 
 
 @leaf
-def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, short_slot):
-    """Ids of a piece that is not a token: from the piece cache, else merged and cached.
+def emit_entry(table, entry, out, n_out):
+    """Write the ids of a short entry at ``out[n_out:]``; returns the new ``n_out``."""
+    n_ids = entry_count(table, entry)
+    for k in range(n_ids):
+        out[index(n_out + k)] = entry_id(table, entry, k)
+    return n_out + n_ids
 
-    A short piece (``short_slot >= 0``: its free slot in the thread's short table)
-    whose ids pack goes to the short table, anything else to the general cache.
-    """
-    entry, slot = _cache_find(cache, buf, start, end, hash_span(buf, start, end))
+
+@leaf
+def encode_short_miss(tables, cache, buf, start, end, lo, hi, h, out, n_out, scratch):
+    """Ids of a short piece that is not a token: from the piece cache's short table, else merged
+    and added there (or to the general table when its ids do not fit an entry)."""
+    short_slots = cache.short_slots
+    entry, found = find_entry(short_slots, lo, hi, h)
+    if found:
+        if entry_count(short_slots, entry) != IN_GENERAL_TABLE:
+            return emit_entry(short_slots, entry, out, n_out)
+        return encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, hash_span(buf, start, end))
+    n_new = merge_piece(tables, buf, start, end, out, n_out, scratch)
+    if not add_short_piece(cache, lo, hi, h, entry, out, n_out, n_new):
+        _, slot = _cache_find(cache, buf, start, end, hash_span(buf, start, end))
+        _cache_store(cache, slot, buf, start, end, out, n_out, n_new)
+    return n_new
+
+
+@leaf
+def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, h):
+    """Ids of a long piece (hash ``h``: ``hash_span``) that is not a token: from the piece cache,
+    else merged and cached."""
+    entry, slot = _cache_find(cache, buf, start, end, h)
     if entry != EMPTY:
         first = cache.ids_at[index(entry)]
         n_ids = cache.ids_len[index(entry)]
@@ -32,8 +56,6 @@ def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, sh
             out[index(n_out + i)] = cache.ids[index(first + i)]
         return n_out + n_ids
     n_new = merge_piece(tables, buf, start, end, out, n_out, scratch)
-    if short_slot >= 0 and _add_short_piece(tables, cache, short_key(buf, start, end), short_slot, out, n_out, n_new):
-        return n_new
     _cache_store(cache, slot, buf, start, end, out, n_out, n_new)
     return n_new
 
@@ -43,7 +65,7 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
     n_out = 0
     byte_rank = tables.byte_rank
     byte_pair_rank = tables.byte_pair_rank
-    short_slots = cache.short_slots
+    short_slots = tables.short_slots
     for r in range(run_start.shape[0]):
         if run_special[index(r)] >= 0:
             out[index(n_out)] = run_special[index(r)]
@@ -66,23 +88,23 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
                     out[index(n_out)] = byte_rank[index(buf[index(start)])]
                     out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
                     n_out += 2
-            elif length <= SHORT_TOKEN_BYTES:
-                # one probe answers tokens and short pieces merged before
-                packed, slot = find_short_piece(short_slots, short_key(buf, start, end))
-                if packed != 0:
-                    for k in range(packed_count(packed)):
-                        out[index(n_out)] = packed_id(packed, k)
-                        n_out += 1
+            elif length <= SHORT_PIECE_BYTES:
+                lo, hi = short_key(buf, start, end)
+                h = short_hash(lo, hi)
+                entry, found = find_entry(short_slots, lo, hi, h)
+                if found:
+                    out[index(n_out)] = entry_id(short_slots, entry, 0)
+                    n_out += 1
                 else:
-                    n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, slot)
+                    n_out = encode_short_miss(tables, cache, buf, start, end, lo, hi, h, out, n_out, scratch)
             else:
-                rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
-                                 hash_span(buf, start, end))
+                h = hash_span(buf, start, end)
+                rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end, h)
                 if rank != EMPTY:
                     out[index(n_out)] = rank
                     n_out += 1
                 else:
-                    n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, -1)
+                    n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, h)
             start = end
         run_out_end[index(r)] = n_out
     return n_out
@@ -113,6 +135,6 @@ def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece
     ``run_out_end[r]`` receives the end of run ``r``'s ids in ``out``. ``cache`` is
     the calling thread's ``PieceCache`` (never shared between threads).
     """
-    scratch = new_merge_scratch(longest_piece(run_start, run_special, first_piece, piece_end))
+    scratch = new_merge_scratch(longest_piece(run_start, run_special, first_piece, piece_end), cache.pair_memo)
     return _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end,
                        cache, scratch)

@@ -1,7 +1,9 @@
 """Merging a piece that is not a vocabulary token (the second step of BPE).
 
-Pieces of up to ``SMALL_PIECE_BYTES`` merge in a fixed scratch buffer with a linear min-rank
-scan; longer ones made of a few runs of equal bytes (whitespace runs) merge as blocks of
+Pieces of up to ``SCAN_MERGE_BYTES`` merge by scanning for the lowest-ranked pair
+(``merge_scan_piece``: one key per byte position, rank and position packed in an ``int32``, so
+the leftmost lowest pair is a plain minimum that vectorizes, with no branch to mispredict; merged-away
+positions keep a key that never wins, so nothing shifts); longer ones made of a few runs of equal bytes (whitespace runs) merge as blocks of
 equal parts (``merge_repetitive_piece``); other long ones use a heap over a linked list of
 parts (O(n log n), so a 25,000-letter run stays fast). Merging never allocates: the scratch
 arrays are made once per call (``new_merge_scratch``).
@@ -14,9 +16,18 @@ from typing import NamedTuple
 import numpy as np
 
 from ...native.jit import index, kernel, leaf
-from .tables import NO_MERGE, pair_rank
+from .tables import FIBONACCI, ID_BITS, NO_MERGE, pair_rank
 
-SMALL_PIECE_BYTES = 32  # pieces up to this size merge in the scratch buffer
+SCAN_MERGE_BYTES = 128  # pieces up to this size merge by a scan over their byte positions
+POSITION_BITS = 7  # a scan key: rank << POSITION_BITS | position (ranks below 2**24 fit an int32)
+POSITION_MASK = (1 << POSITION_BITS) - 1
+NO_KEY = np.int32(0x7FFFFFFF)  # the key of a position with no pair to merge (merged away, last)
+SCAN_WIDTH_STEP = 8  # scans cover a multiple of this many keys (the tail holds NO_KEY)
+# The pair memo: a direct-mapped table of recent pair look-ups, small enough for the L2 cache (the pair table
+# is not): (key + 1) << MEMO_RANK_BITS | rank, MEMO_NO_MERGE for a pair that does not merge, 0 for a free slot
+MEMO_BITS = 14
+MEMO_RANK_BITS = 24
+MEMO_NO_MERGE = (1 << MEMO_RANK_BITS) - 1
 # Long pieces made of few runs of equal bytes merge as blocks of equal parts (merge_repetitive_piece):
 REPETITIVE_MIN_PIECE_BYTES = 256  # shorter ones are cheap enough for the heap
 REPETITIVE_MAX_BLOCKS = 64  # more runs than this: not repetitive, the heap is as good
@@ -26,38 +37,59 @@ LOW_32_BITS = (1 << 32) - 1
 
 
 @leaf
-def merge_small_piece(tables, buf, start, end, parts, ranks):
-    """Merge ``buf[start:end]`` (at most ``SMALL_PIECE_BYTES``) in place; returns the part count.
+def scan_key(rank, position):
+    if rank == NO_MERGE:
+        return NO_KEY
+    return np.int32((np.int64(rank) << POSITION_BITS) | position)
 
-    ``parts[:count]`` are the resulting token ids. ``ranks[i]`` is the rank of
-    merging part ``i`` with part ``i + 1``.
-    """
-    count = end - start
-    for i in range(count):
+
+@leaf
+def merge_scan_piece(tables, buf, start, end, out, n_out, scratch):
+    """Merge ``buf[start:end]`` (at most ``SCAN_MERGE_BYTES``); writes its ids at ``out[n_out:]`` and
+    returns the new ``n_out``. ``keys[i]`` packs the rank of merging the part at position ``i``
+    with the next live part and ``i`` itself, so the minimum key is the leftmost lowest pair."""
+    n = end - start
+    keys = scratch.ranks
+    parts = scratch.parts
+    next_part = scratch.next_part
+    prev_part = scratch.prev_part
+    width = (n + SCAN_WIDTH_STEP - 1) // SCAN_WIDTH_STEP * SCAN_WIDTH_STEP
+    for i in range(n):
         parts[index(i)] = tables.byte_rank[index(buf[index(start + i)])]
-    for i in range(count - 1):
+        next_part[index(i)] = i + 1
+        prev_part[index(i)] = i - 1
+    for i in range(n - 1):
         pair = np.int64(buf[index(start + i)]) * 256 + buf[index(start + i + 1)]
-        ranks[index(i)] = tables.byte_pair_rank[index(pair)]
-    while count > 1:
-        best = NO_MERGE
-        at = -1
-        for i in range(count - 1):
-            if ranks[index(i)] < best:
-                best = ranks[index(i)]
-                at = i
-        if at < 0:
+        keys[index(i)] = scan_key(tables.byte_pair_rank[index(pair)], i)
+    for i in range(n - 1, width):
+        keys[index(i)] = NO_KEY
+    while True:
+        best = NO_KEY
+        for i in range(width):
+            best = min(best, keys[index(i)])
+        if best == NO_KEY:
             break
-        parts[index(at)] = best
-        for i in range(at + 1, count - 1):
-            parts[index(i)] = parts[index(i + 1)]
-        for i in range(at + 1, count - 2):
-            ranks[index(i)] = ranks[index(i + 1)]
-        count -= 1
-        if at > 0:
-            ranks[index(at - 1)] = pair_rank(tables, parts[index(at - 1)], parts[index(at)])
-        if at < count - 1:
-            ranks[index(at)] = pair_rank(tables, parts[index(at)], parts[index(at + 1)])
-    return count
+        at = np.int64(best & POSITION_MASK)
+        rank = np.int64(best >> POSITION_BITS)
+        right = next_part[index(at)]
+        parts[index(at)] = rank
+        keys[index(right)] = NO_KEY
+        after = next_part[index(right)]
+        next_part[index(at)] = after
+        if after < n:
+            prev_part[index(after)] = at
+            keys[index(at)] = scan_key(merge_rank(tables, scratch, rank, parts[index(after)]), at)
+        else:
+            keys[index(at)] = NO_KEY
+        before = prev_part[index(at)]
+        if before >= 0:
+            keys[index(before)] = scan_key(merge_rank(tables, scratch, parts[index(before)], rank), before)
+    i = 0
+    while i < n:
+        out[index(n_out)] = parts[index(i)]
+        n_out += 1
+        i = next_part[index(i)]
+    return n_out
 
 
 @leaf
@@ -107,18 +139,36 @@ class MergeScratch(NamedTuple):
     next_part: np.ndarray  # int64 linked list of live parts (long pieces)
     prev_part: np.ndarray  # int64
     heap: np.ndarray  # int64 entries rank << RANK_SHIFT | part
+    pair_memo: np.ndarray  # uint64[2**MEMO_BITS], kept by the thread's piece cache across calls
 
 
 @kernel
-def new_merge_scratch(longest_piece):
-    n = max(longest_piece, SMALL_PIECE_BYTES)
+def new_merge_scratch(longest_piece, pair_memo):
+    n = max(longest_piece, SCAN_MERGE_BYTES)
     return MergeScratch(
         np.empty(n, dtype=np.int32),
         np.empty(n, dtype=np.int32),
         np.empty(n, dtype=np.int64),
         np.empty(n, dtype=np.int64),
         np.empty(2 * n, dtype=np.int64),
+        pair_memo,
     )
+
+
+@leaf
+def merge_rank(tables, scratch, left, right):
+    """``pair_rank`` through the thread's pair memo."""
+    key = (np.uint64(left) << np.uint64(ID_BITS)) | np.uint64(right)
+    memo = scratch.pair_memo
+    slot = (key * FIBONACCI) >> np.uint64(64 - MEMO_BITS)
+    stored = memo[index(slot)]
+    tag = (key + np.uint64(1)) << np.uint64(MEMO_RANK_BITS)
+    if (stored >> np.uint64(MEMO_RANK_BITS)) == key + np.uint64(1):
+        rank = np.int64(stored & np.uint64(MEMO_NO_MERGE))
+        return NO_MERGE if rank == MEMO_NO_MERGE else np.int32(rank)
+    rank = pair_rank(tables, left, right)
+    memo[index(slot)] = tag | np.uint64(MEMO_NO_MERGE if rank == NO_MERGE else rank)
+    return rank
 
 
 @leaf
@@ -162,12 +212,12 @@ def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
         ranks[index(at)] = NO_MERGE
         if after < count:
             prev_part[index(after)] = at
-            ranks[index(at)] = pair_rank(tables, rank, parts[index(after)])
+            ranks[index(at)] = merge_rank(tables, scratch, rank, parts[index(after)])
             if ranks[index(at)] != NO_MERGE:
                 size = _heap_push(heap, size, (np.int64(ranks[index(at)]) << RANK_SHIFT) | at)
         before = prev_part[index(at)]
         if before >= 0:
-            ranks[index(before)] = pair_rank(tables, parts[index(before)], rank)
+            ranks[index(before)] = merge_rank(tables, scratch, parts[index(before)], rank)
             if ranks[index(before)] != NO_MERGE:
                 size = _heap_push(heap, size, (np.int64(ranks[index(before)]) << RANK_SHIFT) | before)
     i = 0
@@ -192,7 +242,7 @@ def _put_block(tok, cnt, n_blocks, token, count):
 
 
 @leaf
-def _best_block_pair(tables, tok, cnt, n_blocks):
+def _best_block_pair(tables, scratch, tok, cnt, n_blocks):
     """``(rank, block, inside)`` of the leftmost lowest-rank pair: two parts inside block
     ``block`` (``inside``) or its last part with the next block's first; ``block`` -1 if none.
     Pairs inside a block come before the pair at its end, hence the order of the checks."""
@@ -201,11 +251,11 @@ def _best_block_pair(tables, tok, cnt, n_blocks):
     inside = False
     for b in range(n_blocks):
         if cnt[b] >= 2:
-            rank = pair_rank(tables, tok[b], tok[b])
+            rank = merge_rank(tables, scratch, tok[b], tok[b])
             if rank < best:
                 best, at, inside = rank, b, True
         if b + 1 < n_blocks:
-            rank = pair_rank(tables, tok[b], tok[b + 1])
+            rank = merge_rank(tables, scratch, tok[b], tok[b + 1])
             if rank < best:
                 best, at, inside = rank, b, False
     return best, at, inside
@@ -237,7 +287,7 @@ def merge_repetitive_piece(tables, buf, start, end, out, n_out, scratch):
         i = j
     work_left = REPETITIVE_WORK_PER_BYTE * (end - start)
     while True:
-        best, at, inside = _best_block_pair(tables, tok, cnt, n_blocks)
+        best, at, inside = _best_block_pair(tables, scratch, tok, cnt, n_blocks)
         if at < 0:
             break
         work_left -= n_blocks
@@ -248,8 +298,9 @@ def merge_repetitive_piece(tables, buf, start, end, out, n_out, scratch):
             n_new = _put_block(new_tok, new_cnt, n_new, tok[b], cnt[b])
         if inside:
             part, k = tok[at], cnt[at]
-            all_at_once = (k >= 4 and pair_rank(tables, best, part) > best and pair_rank(tables, best, best) > best
-                           and (at == 0 or pair_rank(tables, tok[at - 1], best) > best))
+            all_at_once = (k >= 4 and merge_rank(tables, scratch, best, part) > best
+                           and merge_rank(tables, scratch, best, best) > best
+                           and (at == 0 or merge_rank(tables, scratch, tok[at - 1], best) > best))
             if all_at_once:
                 n_new = _put_block(new_tok, new_cnt, n_new, best, k // 2)
                 n_new = _put_block(new_tok, new_cnt, n_new, part, k % 2)
@@ -279,13 +330,15 @@ def merge_repetitive_piece(tables, buf, start, end, out, n_out, scratch):
 @leaf
 def merge_piece(tables, buf, start, end, out, n_out, scratch):
     """Merge a piece that is not a token; writes its ids at ``out[n_out:]``."""
-    if end - start <= SMALL_PIECE_BYTES:
-        count = merge_small_piece(tables, buf, start, end, scratch.parts, scratch.ranks)
-        for i in range(count):
-            out[index(n_out + i)] = scratch.parts[index(i)]
-        return n_out + count
+    if end - start <= SCAN_MERGE_BYTES:
+        return merge_scan_piece(tables, buf, start, end, out, n_out, scratch)
     if end - start >= REPETITIVE_MIN_PIECE_BYTES:
         n_new = merge_repetitive_piece(tables, buf, start, end, out, n_out, scratch)
         if n_new >= 0:
             return n_new
     return merge_long_piece(tables, buf, start, end, out, n_out, scratch)
+
+
+def new_pair_memo() -> np.ndarray:
+    """An empty pair memo, for merging outside a piece cache (``new_merge_scratch(n, new_pair_memo())``)."""
+    return np.zeros(1 << MEMO_BITS, dtype=np.uint64)

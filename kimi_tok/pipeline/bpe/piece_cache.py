@@ -1,7 +1,8 @@
 """Piece caches: merged pieces (piece bytes -> ids) kept across calls, lent to one call at a time.
 
-A repeated word is merged once. Short merged pieces go into the cache's copy of the
-short-token table, so one probe answers both "is it a token" and "was it merged before".
+A repeated word is merged once. Merged short pieces (up to ``tables.SHORT_PIECE_BYTES``) go into
+a table laid out like the vocabulary's short table and probed with the same key and hash; the
+others into a general table whose keys and ids live in arenas.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ import numpy as np
 from ...native.hashing import EMPTY, hash_span, spans_equal
 from ...native.hugepages import empty_in_huge_pages
 from ...native.jit import index, leaf
-from .tables import MAX_PACKED_IDS, PACKED_COUNT_SHIFT, PACKED_ID_BITS, PACKED_ID_MASK, BpeTables, find_short_piece
+from .merge import MEMO_BITS
+from .tables import COUNT_SHIFT, ENTRY_WORDS, MAX_INLINE_IDS, BpeTables, put_entry
 
 
 class PieceCache(NamedTuple):
     """Merged pieces (piece bytes -> ids) kept across calls; one call at a time uses one.
 
-    Short pieces whose ids pack in a uint64 are added to the thread's copy of the
-    short-token table, so one probe answers both "is it a token" and "was it
-    merged before". Other pieces go to a general table whose keys and ids live in
+    Short pieces of at most ``MAX_INLINE_IDS`` ids go to ``short_slots`` (short entries, as in
+    ``BpeTables.short_slots``); other pieces to a general table whose keys and ids live in
     fixed arenas. When a part is full it starts over, so memory stays at the size
     ``new_piece_cache`` allocated.
     """
@@ -37,11 +38,14 @@ class PieceCache(NamedTuple):
     key_bytes: np.ndarray  # uint8 arena
     ids: np.ndarray  # int32 arena
     used: np.ndarray  # int64[4]: entries, key bytes, ids in use, short pieces added
-    short_slots: np.ndarray  # this thread's copy of BpeTables.short_slots plus merged short pieces
+    short_slots: np.ndarray  # uint64 short entries of merged short pieces
+    pair_memo: np.ndarray  # uint64[2**merge.MEMO_BITS]: this thread's recent pair look-ups (merge.merge_rank)
 
 
 ENTRIES, KEY_BYTES_USED, IDS_USED, SHORT_ADDED = 0, 1, 2, 3  # indices into PieceCache.used
-SHORT_ADDED_LIMIT_DIVISOR = 4  # merged short pieces fill at most 1/4 of the short table's slots
+SHORT_ADDED_LIMIT_DIVISOR = 2  # merged short pieces fill at most 1/2 of the short entries, then start over
+SHORT_CACHE_ENTRIES = 1 << 17
+IN_GENERAL_TABLE = 15  # the id count of a short entry whose ids (more than MAX_INLINE_IDS) are in the general table
 PIECE_CACHE_ENTRIES = 1 << 17
 PIECE_CACHE_KEY_BYTES = 1 << 22
 PIECE_CACHE_IDS = 1 << 20
@@ -49,20 +53,23 @@ PIECE_CACHE_IDS = 1 << 20
 
 def new_piece_cache(tables: BpeTables, entries: int = PIECE_CACHE_ENTRIES,
                     key_bytes: int = PIECE_CACHE_KEY_BYTES, ids: int = PIECE_CACHE_IDS,
-                    short_slots: np.ndarray | None = None) -> PieceCache:
-    """An empty cache for one thread (about 14 MB plus a copy of the short-token table,
-    or ``short_slots``: such a copy made by the caller)."""
-    if entries < 1 or entries & (entries - 1):
-        raise ValueError(f"piece cache entries must be a power of two, not {entries}")
+                    short_slots: np.ndarray | None = None, short_entries: int = SHORT_CACHE_ENTRIES) -> PieceCache:
+    """An empty cache for one thread (about 18 MB; the arrays' pages are backed as they are
+    written), or with ``short_slots``: a zeroed short table made by the caller."""
+    for name, n in (("entries", entries), ("short_entries", short_entries)):
+        if n < 1 or n & (n - 1):
+            raise ValueError(f"piece cache {name} must be a power of two, not {n}")
     layout = [(2 * entries, np.int64), (entries, np.int64), (entries, np.int64), (entries, np.int64),
               (entries, np.int64), (key_bytes, np.uint8), (ids, np.int32), (4, np.int64)]
     if short_slots is None:
-        layout.append((tables.short_slots.shape, tables.short_slots.dtype))
+        layout.append((ENTRY_WORDS * short_entries, np.uint64))
+    layout.append((1 << MEMO_BITS, np.uint64))
     arrays = empty_in_huge_pages(layout)  # probed at random: in huge pages (see hugepages.py)
+    arrays[-1].fill(0)
     if short_slots is None:
-        arrays[-1][...] = tables.short_slots
+        arrays[-2].fill(0)
     else:
-        arrays.append(short_slots)
+        arrays.insert(-1, short_slots)
     cache = PieceCache(*arrays)
     cache.slots.fill(EMPTY)
     cache.used.fill(0)
@@ -164,26 +171,23 @@ def _cache_store(cache, slot, buf, start, end, ids, ids_start, ids_end):
 
 
 @leaf
-def _add_short_piece(tables, cache, key, slot, out, ids_start, ids_end):
-    """Add a merged short piece to this thread's short table if its ids pack; returns success.
-
-    Past ``SHORT_ADDED_LIMIT_DIVISOR`` the table is reset to the vocabulary's.
-    """
+def add_short_piece(cache, lo, hi, h, entry, out, ids_start, ids_end):
+    """Add a merged short piece (key ``(lo, hi)``, hash ``h``, free ``entry``) to this thread's short
+    table; returns whether its ids fit the entry (else the entry only says ``IN_GENERAL_TABLE``
+    and the caller stores the ids there). Past 1/``SHORT_ADDED_LIMIT_DIVISOR`` of the
+    entries the table starts over (a memset; no resizing, so memory stays bounded)."""
     n_ids = ids_end - ids_start
-    if n_ids > MAX_PACKED_IDS:
-        return False
-    packed = np.uint64(n_ids) << np.uint64(PACKED_COUNT_SHIFT)
-    for k in range(n_ids):
-        if out[ids_start + k] > PACKED_ID_MASK:
-            return False
-        packed |= np.uint64(out[ids_start + k]) << np.uint64(PACKED_ID_BITS * k)
     table = cache.short_slots
-    if cache.used[SHORT_ADDED] * SHORT_ADDED_LIMIT_DIVISOR >= (table.shape[0] >> 1):
+    n_entries = table.shape[0] // ENTRY_WORDS
+    if cache.used[SHORT_ADDED] * SHORT_ADDED_LIMIT_DIVISOR >= n_entries:
         for k in range(table.shape[0]):
-            table[k] = tables.short_slots[k]
+            table[index(k)] = 0
         cache.used[SHORT_ADDED] = 0
-        _, slot = find_short_piece(table, key)
-    table[2 * slot] = key
-    table[2 * slot + 1] = packed
+        entry = np.int64(h & np.uint64(n_entries - 1))
     cache.used[SHORT_ADDED] += 1
+    if n_ids > MAX_INLINE_IDS:  # a marker: its ids are in the general table
+        put_entry(table, entry, lo, hi, out, ids_start, 0)
+        table[index(entry * ENTRY_WORDS + 2)] = np.uint64(IN_GENERAL_TABLE) << np.uint64(COUNT_SHIFT)
+        return False
+    put_entry(table, entry, lo, hi, out, ids_start, n_ids)
     return True

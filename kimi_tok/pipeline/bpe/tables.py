@@ -6,10 +6,20 @@ Same algorithm as tiktoken (``_educational.bpe_merge`` is the readable spec):
 2. otherwise start from single bytes and repeatedly merge the adjacent pair whose
    concatenation has the lowest rank, the leftmost one on ties.
 
-The tables answer the questions merging asks: a byte-span hash table for whole-piece
-look-ups (``find_token``), a short-token table answering pieces of up to
-``SHORT_TOKEN_BYTES`` with one integer compare, a dense 256x256 table for the first round
-of byte pairs, and a pair -> merged-token table for later rounds (``pair_rank``).
+The tables answer the questions merging asks:
+
+* ``short_slots``: every token of up to ``SHORT_PIECE_BYTES`` bytes under a two-word key (the
+  piece's bytes little-endian, its length in the top byte), found with one probe of a 32-byte
+  entry; a piece cache keeps merged short pieces in a table of the same layout;
+* ``token_slots``: a byte-span hash table of all tokens, for longer pieces;
+* ``byte_rank`` and ``byte_pair_rank``: dense tables for single bytes and byte pairs;
+* ``pair_slots``: the merges, one ``uint64`` per slot (left, right, merged: 20 bits each). Only
+  each token's own split is kept: the last merge BPE makes on that token's bytes alone. Inside
+  any piece, the merges within the span of a token that BPE builds are the merges BPE makes on
+  that token alone (a merge inside the span depends only on the parts inside it, and the
+  leftmost-lowest rule picks inside the span what it picks there alone), so a token is always
+  built from its own split: the other ways to cut it into two tokens never merge. That makes
+  the table a quarter of the size of one holding every split (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -25,21 +35,24 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...native import hashing
+from ...native import atomics, hashing
 from ...native.hashing import EMPTY, build_span_table, find_span, hash_span, int_slot, mix64, table_size_for
-from ...native.jit import index, kernel, leaf
+from ...native.jit import index, kernel, leaf, leaf_inline
 
-NO_MERGE = np.int32(0x7FFFFFFF)  # rank of a pair that is not in the vocabulary
-PAIR_SHIFT = 32  # pair key = left << PAIR_SHIFT | right
-SHORT_TOKEN_BYTES = 7  # tokens this short are found by one integer compare
-SHORT_LENGTH_SHIFT = 56  # short key = bytes little-endian | length << SHORT_LENGTH_SHIFT
-NO_SHORT_KEY = np.uint64(0)  # an empty slot (real keys carry a non-zero length)
-PACKED_ID_BITS = 20  # a short piece's value: up to 3 ids below 2**20 and their count in one uint64
-PACKED_ID_MASK = (1 << PACKED_ID_BITS) - 1
-MAX_PACKED_IDS = 3
-MAX_VOCABULARY_TOKENS = 1 << PACKED_ID_BITS  # every rank must fit a packed id
-PACKED_COUNT_SHIFT = MAX_PACKED_IDS * PACKED_ID_BITS
-TABLES_FORMAT = 2  # part of the cache file name, with a digest of the source that lays the tables out
+NO_MERGE = np.int32(0x7FFFFFFF)  # rank of a pair that does not merge
+ID_BITS = 20  # ranks below 2**20: packed three to a word (pairs, short entries)
+ID_MASK = (1 << ID_BITS) - 1
+MAX_VOCABULARY_TOKENS = 1 << ID_BITS
+PAIR_SHIFT = 32  # the all-splits table of the build: key = left << PAIR_SHIFT | right
+NO_PAIR = np.uint64(0xFFFFFFFFFFFFFFFF)  # an empty slot of pair_slots (real entries are below 2**60)
+FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: multiplicative hashing
+SHORT_PIECE_BYTES = 15  # pieces this short have a two-word key: bytes 0-7, bytes 8-14 | length << 56
+LENGTH_SHIFT = 56
+ENTRY_WORDS = 4  # a short entry: key lo, key hi (0: a free slot), then up to MAX_INLINE_IDS packed ids
+IDS_PER_WORD = 3
+MAX_INLINE_IDS = 2 * IDS_PER_WORD
+COUNT_SHIFT = 60  # the id count, in the top bits of the first ids word
+TABLES_FORMAT = 3  # part of the cache file name, with a digest of the source that lays the tables out
 
 
 class BpeTables(NamedTuple):
@@ -47,11 +60,11 @@ class BpeTables(NamedTuple):
 
     token_bytes: np.ndarray  # uint8, every token's bytes in rank order
     token_offsets: np.ndarray  # int64[n + 1]
-    token_slots: np.ndarray  # int32 hash slots -> rank
+    token_slots: np.ndarray  # int32 hash slots -> rank (all tokens; probed for long pieces)
     byte_rank: np.ndarray  # int32[256]
     byte_pair_rank: np.ndarray  # int32[256 * 256], NO_MERGE when absent
-    pair_slots: np.ndarray  # int64 pairs (left << PAIR_SHIFT | right, merged rank)
-    short_slots: np.ndarray  # uint64 pairs (short key, packed ids): one cache line per probe
+    pair_slots: np.ndarray  # uint64 left << 40 | right << 20 | merged, one per token's own split
+    short_slots: np.ndarray  # uint64 entries of ENTRY_WORDS: every token of up to SHORT_PIECE_BYTES
 
 
 def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray, root: Path) -> BpeTables:
@@ -123,7 +136,7 @@ def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeT
     if n_tokens > MAX_VOCABULARY_TOKENS:
         raise ValueError(
             f"vocabulary of {n_tokens:,} tokens: at most {MAX_VOCABULARY_TOKENS:,} are supported "
-            f"(short pieces pack their ids in {PACKED_ID_BITS} bits)"
+            f"(the tables pack ids in {ID_BITS} bits)"
         )
     slots, duplicate = build_span_table(token_bytes, token_offsets, table_size_for(n_tokens))
     if duplicate >= 0:
@@ -135,74 +148,117 @@ def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeT
             f"vocabulary lacks single-byte tokens (byte-level BPE needs all 256), e.g. byte {missing[0]}"
         )
     n_pairs = _count_pairs(token_bytes, token_offsets, slots)
-    pair_slots = _build_pair_table(
-        token_bytes, token_offsets, slots, table_size_for(n_pairs)
-    )
-    n_short = int(np.count_nonzero(np.diff(token_offsets) <= SHORT_TOKEN_BYTES))
+    all_splits = _build_pair_table(token_bytes, token_offsets, slots, table_size_for(n_pairs))
+    left, right = own_splits(token_bytes, token_offsets, byte_rank, all_splits)
+    pair_slots = _build_own_split_table(left, right, table_size_for(int(np.count_nonzero(left >= 0))))
+    n_short = int(np.count_nonzero(np.diff(token_offsets) <= SHORT_PIECE_BYTES))
     short_slots = _build_short_table(token_bytes, token_offsets, table_size_for(n_short))
-    return BpeTables(
-        token_bytes, token_offsets, slots, byte_rank, byte_pair_rank, pair_slots, short_slots
-    )
+    return BpeTables(token_bytes, token_offsets, slots, byte_rank, byte_pair_rank, pair_slots, short_slots)
+
+
+# -- short pieces: two-word keys and entries of packed ids -----------------------------------------
+
+
+@leaf_inline
+def short_key(buf, start, end):
+    """``(lo, hi)``: the bytes of a piece of at most ``SHORT_PIECE_BYTES``, little-endian, with its
+    length in the top byte of ``hi`` (so ``hi`` is never 0). Two unaligned loads where the buffer
+    holds 16 bytes from ``start``, else a byte loop."""
+    length = end - start
+    if start + 16 <= buf.shape[0]:
+        lo = atomics.load_u64(buf, start)
+        hi = atomics.load_u64(buf, start + 8)
+        if length < 8:
+            lo &= (np.uint64(1) << np.uint64(8 * length)) - np.uint64(1)
+            hi = np.uint64(0)
+        else:
+            hi &= (np.uint64(1) << np.uint64(8 * (length - 8))) - np.uint64(1)
+    else:
+        lo = np.uint64(0)
+        hi = np.uint64(0)
+        for k in range(min(length, 8)):
+            lo |= np.uint64(buf[index(start + k)]) << np.uint64(8 * k)
+        for k in range(8, length):
+            hi |= np.uint64(buf[index(start + k)]) << np.uint64(8 * (k - 8))
+    return lo, hi | (np.uint64(length) << np.uint64(LENGTH_SHIFT))
+
+
+@leaf_inline
+def short_hash(lo, hi):
+    return mix64(lo ^ (hi * FIBONACCI))
+
+
+@leaf_inline
+def find_entry(table, lo, hi, h):
+    """``(entry, found)``: the entry holding key ``(lo, hi)`` in a table of short entries, or the free
+    entry where it would go."""
+    mask = np.uint64((table.shape[0] // ENTRY_WORDS) - 1)
+    entry = h & mask
+    while True:
+        at = entry * np.uint64(ENTRY_WORDS)
+        stored = table[index(at + 1)]
+        if stored == hi and table[index(at)] == lo:
+            return np.int64(entry), True
+        if stored == 0:
+            return np.int64(entry), False
+        entry = (entry + np.uint64(1)) & mask
 
 
 @leaf
-def short_key(buf, start, end):
-    """The bytes of a piece of at most ``SHORT_TOKEN_BYTES`` packed with its length."""
-    key = np.uint64(end - start) << np.uint64(SHORT_LENGTH_SHIFT)
-    for k in range(end - start):
-        key |= np.uint64(buf[index(start + k)]) << np.uint64(8 * k)
-    return key
+def entry_count(table, entry):
+    return np.int64(table[index(entry * ENTRY_WORDS + 2)] >> np.uint64(COUNT_SHIFT))
+
+
+@leaf_inline
+def entry_id(table, entry, k):
+    """Id ``k`` of an entry (``k < entry_count``)."""
+    word = table[index(entry * ENTRY_WORDS + 2 + k // IDS_PER_WORD)]
+    return np.int64((word >> np.uint64(ID_BITS * (k % IDS_PER_WORD))) & np.uint64(ID_MASK))
+
+
+@leaf
+def put_entry(table, entry, lo, hi, ids, first, n_ids):
+    """Write ``ids[first:first + n_ids]`` (at most ``MAX_INLINE_IDS``, each below 2**20) under the
+    key ``(lo, hi)`` at a free ``entry``."""
+    word0 = np.uint64(n_ids) << np.uint64(COUNT_SHIFT)
+    word1 = np.uint64(0)
+    for k in range(n_ids):
+        value = np.uint64(ids[index(first + k)]) << np.uint64(ID_BITS * (k % IDS_PER_WORD))
+        if k < IDS_PER_WORD:
+            word0 |= value
+        else:
+            word1 |= value
+    at = entry * ENTRY_WORDS
+    table[index(at)] = lo
+    table[index(at + 2)] = word0
+    table[index(at + 3)] = word1
+    table[index(at + 1)] = hi
 
 
 @kernel
 def _build_short_table(token_bytes, token_offsets, n_slots):
-    table = np.zeros(2 * n_slots, dtype=np.uint64)
-    mask = n_slots - 1
-    for rank in range(token_offsets.shape[0] - 1):
-        start = token_offsets[rank]
-        end = token_offsets[rank + 1]
-        if end - start > SHORT_TOKEN_BYTES:
+    table = np.zeros(ENTRY_WORDS * n_slots, dtype=np.uint64)
+    rank = np.zeros(1, dtype=np.int64)
+    for r in range(token_offsets.shape[0] - 1):
+        start = token_offsets[r]
+        end = token_offsets[r + 1]
+        if end - start > SHORT_PIECE_BYTES:
             continue
-        key = short_key(token_bytes, start, end)
-        slot = np.int64(mix64(key) & np.uint64(mask))
-        while table[2 * slot] != NO_SHORT_KEY:
-            slot = (slot + 1) & mask
-        table[2 * slot] = key
-        table[2 * slot + 1] = (np.uint64(1) << np.uint64(PACKED_COUNT_SHIFT)) | np.uint64(rank)
+        lo, hi = short_key(token_bytes, start, end)
+        entry, _ = find_entry(table, lo, hi, short_hash(lo, hi))
+        rank[0] = r
+        put_entry(table, entry, lo, hi, rank, 0, 1)
     return table
 
 
 @leaf
-def find_short_piece(table, key):
-    """``(packed ids or 0, slot)`` of a short piece's ``key`` in a short table."""
-    mask = (table.shape[0] >> 1) - 1
-    slot = np.int64(mix64(key) & np.uint64(mask))
-    while True:
-        stored = table[index(2 * slot)]
-        if stored == key:
-            return table[index(2 * slot + 1)], slot
-        if stored == NO_SHORT_KEY:
-            return np.uint64(0), slot
-        slot = (slot + 1) & mask
-
-
-@leaf
-def packed_count(packed):
-    return np.int64(packed >> np.uint64(PACKED_COUNT_SHIFT))
-
-
-@leaf
-def packed_id(packed, k):
-    return np.int64((packed >> np.uint64(PACKED_ID_BITS * k)) & np.uint64(PACKED_ID_MASK))
-
-
-@leaf
 def find_short_token(table, buf, start, end):
-    """Rank of the token ``buf[start:end]`` (at most ``SHORT_TOKEN_BYTES``), or ``EMPTY``."""
-    packed, _ = find_short_piece(table, short_key(buf, start, end))
-    if packed_count(packed) != 1:
+    """Rank of the token ``buf[start:end]`` (at most ``SHORT_PIECE_BYTES``), or ``EMPTY``."""
+    lo, hi = short_key(buf, start, end)
+    entry, found = find_entry(table, lo, hi, short_hash(lo, hi))
+    if not found:
         return EMPTY
-    return packed_id(packed, 0)
+    return entry_id(table, entry, 0)
 
 
 @kernel
@@ -259,20 +315,110 @@ def _build_pair_table(token_bytes, token_offsets, slots, n_slots):
     return pair_slots
 
 
+@kernel
+def own_splits(token_bytes, token_offsets, byte_rank, all_splits):
+    """``(left, right)``: each token's own split, the last merge BPE makes on its bytes alone (with
+    ``all_splits``, the table of every way to cut a token into two); -1 for single bytes and for
+    tokens BPE never builds (their bytes alone end in several parts)."""
+    n_tokens = token_offsets.shape[0] - 1
+    left = np.full(n_tokens, -1, dtype=np.int64)
+    right = np.full(n_tokens, -1, dtype=np.int64)
+    longest = 0
+    for t in range(n_tokens):
+        longest = max(longest, token_offsets[t + 1] - token_offsets[t])
+    parts = np.empty(longest, dtype=np.int64)
+    ranks = np.empty(longest, dtype=np.int64)
+    mask = (all_splits.shape[0] >> 1) - 1
+    for t in range(n_tokens):
+        start = token_offsets[t]
+        count = token_offsets[t + 1] - start
+        if count < 2:
+            continue
+        for i in range(count):
+            parts[i] = byte_rank[token_bytes[start + i]]
+        for i in range(count - 1):
+            ranks[i] = _any_split_rank(all_splits, mask, parts[i], parts[i + 1])
+        last_left = -1
+        last_right = -1
+        while count > 1:
+            at = -1
+            best = np.int64(NO_MERGE)
+            for i in range(count - 1):
+                if ranks[i] < best:
+                    best = ranks[i]
+                    at = i
+            if at < 0:
+                break
+            last_left = parts[at]
+            last_right = parts[at + 1]
+            parts[at] = best
+            for i in range(at + 1, count - 1):
+                parts[i] = parts[i + 1]
+                ranks[i] = ranks[i + 1]
+            count -= 1
+            if at > 0:
+                ranks[at - 1] = _any_split_rank(all_splits, mask, parts[at - 1], parts[at])
+            if at < count - 1:
+                ranks[at] = _any_split_rank(all_splits, mask, parts[at], parts[at + 1])
+        if count == 1:
+            left[t] = last_left
+            right[t] = last_right
+    return left, right
+
+
 @leaf
-def pair_rank(tables, left, right):
-    """Rank of the token whose bytes are ``left`` + ``right``, or ``NO_MERGE``."""
-    key = (np.int64(left) << PAIR_SHIFT) | right
-    table = tables.pair_slots
-    mask = (table.shape[0] >> 1) - 1
+def _any_split_rank(all_splits, mask, a, b):
+    key = (np.int64(a) << PAIR_SHIFT) | b
     slot = int_slot(key, mask)
     while True:
-        stored = table[index(2 * slot)]
+        stored = all_splits[2 * slot]
         if stored == key:
-            return np.int32(table[index(2 * slot + 1)])
+            return all_splits[2 * slot + 1]
         if stored == EMPTY:
-            return NO_MERGE
+            return np.int64(NO_MERGE)
         slot = (slot + 1) & mask
+
+
+@leaf
+def pair_key(left, right):
+    return (np.uint64(left) << np.uint64(ID_BITS)) | np.uint64(right)
+
+
+@leaf
+def pair_slot(key, mask):
+    return ((key * FIBONACCI) >> np.uint64(32)) & mask
+
+
+@kernel
+def _build_own_split_table(left, right, n_slots):
+    table = np.full(n_slots, NO_PAIR, dtype=np.uint64)
+    mask = np.uint64(n_slots - 1)
+    for merged in range(left.shape[0]):
+        if left[merged] < 0:
+            continue
+        key = pair_key(left[merged], right[merged])
+        slot = pair_slot(key, mask)
+        while table[slot] != NO_PAIR:
+            slot = (slot + np.uint64(1)) & mask
+        table[slot] = (key << np.uint64(ID_BITS)) | np.uint64(merged)
+    return table
+
+
+@leaf
+def pair_rank(tables, left, right):
+    """The token ``left`` and ``right`` merge into (its rank), or ``NO_MERGE``: only a token's own
+    split merges (see the module docstring)."""
+    table = tables.pair_slots
+    mask = np.uint64(table.shape[0] - 1)
+    key = pair_key(left, right)
+    slot = pair_slot(key, mask)
+    while True:
+        stored = table[index(slot)]
+        if (stored >> np.uint64(ID_BITS)) == key:
+            return np.int32(stored & np.uint64(ID_MASK))
+        if stored == NO_PAIR:
+            return NO_MERGE
+        slot = (slot + np.uint64(1)) & mask
 
 
 @leaf
@@ -281,7 +427,7 @@ def find_token(tables, buf, start, end):
     length = end - start
     if length == 1:
         return np.int64(tables.byte_rank[index(buf[index(start)])])
-    if length <= SHORT_TOKEN_BYTES:
+    if length <= SHORT_PIECE_BYTES:
         return find_short_token(tables.short_slots, buf, start, end)
     return find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
                      hash_span(buf, start, end))
