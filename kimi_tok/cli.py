@@ -9,6 +9,7 @@
     kimi-tok export-hf tokenizer.json
     kimi-tok corpus train.jsonl --out train.tok
     kimi-tok bench --quick
+    kimi-tok warmup
 
 A mistake in the command line or its input prints one line, ``kimi-tok: error: ...``,
 and exits with status 2; ``verify`` exits with 1 when it finds a mismatch.
@@ -53,6 +54,7 @@ examples:
   kimi-tok export-hf tokenizer.json             a Hugging Face tokenizer.json
   kimi-tok corpus a.jsonl b.jsonl --out DIR     JSONL documents -> .npy shards (resumable; --scheduler: Dask)
   kimi-tok bench --quick                        the benchmark (needs the source checkout)
+  kimi-tok warmup                               compile and cache every kernel now (container images, CI)
 
 run "kimi-tok COMMAND --help" for the options of one command; "python -m kimi_tok" is the same program."""
 
@@ -323,6 +325,16 @@ def find_checkout() -> Path | None:
     return next((c for c in candidates if (c / "bench" / "bench.py").is_file()), None)
 
 
+def cmd_warmup(args) -> int:
+    """Compile every kernel into numba's cache (or check that they are there), then say what it did."""
+    from . import warmup
+
+    done = warmup(processes=not args.no_processes)
+    what = f"compiled {done['compiled']} kernels" if done["compiled"] else "every kernel was already cached"
+    print(f"kimi-tok warmup: {what} ({done['kernels']} in all) in {done['seconds']:.1f} s; cached in {done['cache']}")
+    return EXIT_OK
+
+
 def cmd_bench(args, bench_args: list[str]) -> int:
     """Run ``python -m bench.bench`` in the source checkout, passing the remaining arguments."""
     root = find_checkout()
@@ -424,6 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at a bad record: stop with FILE:LINE (default), or skip it into DIR/errors.jsonl")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_corpus)
+
+    p = sub.add_parser("warmup", help="compile and cache every kernel now (for container images and CI)",
+                       description="Compile every numba kernel kimi_tok can use into numba's cache, so that no later "
+                                   "process compiles (the first use otherwise compiles them: about 20 s). Run it "
+                                   "where the cache is written: the package's __pycache__ folders, or "
+                                   "NUMBA_CACHE_DIR when set; see docs/performance.md.")
+    p.add_argument("--no-processes", action="store_true", help="skip the worker-process backend's kernels")
+    p.set_defaults(func=cmd_warmup)
 
     sub.add_parser("bench", add_help=False, help="run the headline benchmark (needs the source checkout); "
                                                  "arguments go to bench.bench, e.g. --quick or --help")

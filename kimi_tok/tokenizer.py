@@ -25,6 +25,7 @@ from .pipeline.decode import Decoder, DecodeStream
 from .pipeline.offsets import token_spans
 from .pipeline.segments import validate_segments
 from .reuse import SegmentReuse
+from .reuse.warmup import warm_up
 from .vocab import KIMI_PATTERN, Vocabulary, check_special_tokens
 
 Segments = Sequence[tuple[str, bool]]
@@ -72,6 +73,7 @@ class Tokenizer:
         self._engine = Engine(tables, self._special_tokens, pattern, policy)
         self._reuse = SegmentReuse(self._engine, policy) if policy.segment_cache_bytes else None
         self._decoder = Decoder(vocabulary, self._special_tokens, tables)
+        warm_up(self._engine, self._reuse, self._decoder)  # no later call compiles: reuse/warmup.py
         self.n_vocab: int = self._decoder.n_vocab
         self.chat_template: str | dict[str, str] | None = None  # a model directory's (``loaders.load``)
         self._origin: tuple | None = None  # (rebuild, args): how ``loaders`` made it, for pickling

@@ -222,3 +222,10 @@ def test_bench_passes_its_arguments_to_bench_bench(tmp_path):
 def test_bench_without_a_checkout(tmp_path):
     result = kimi_tok("bench", "--quick", env={"KIMI_TOK_REPO": str(tmp_path)})
     assert_user_error(result, "bench needs the kimi_tok source checkout", "bench/bench.py")
+
+
+def test_warmup_compiles_or_checks_every_kernel():
+    out = ok("warmup", "--no-processes")
+    assert out.startswith("kimi-tok warmup: ") and "in all" in out and "cached in" in out, out
+    again = ok("warmup", "--no-processes")  # the first run cached them all
+    assert "every kernel was already cached" in again, again
