@@ -498,9 +498,11 @@ class TiktokenEncoding:
         if not isinstance(text, bytes):
             raise TypeError(_not_an_instance(text, "bytes"))
         try:
-            return self.encode_ordinary(text.decode("utf-8"))
+            decoded = text.decode("utf-8")
         except UnicodeDecodeError as e:
-            valid = e.start
+            valid = e.start  # bytes up to here are valid UTF-8 (Rust's valid_up_to)
+        else:
+            return self.encode_ordinary(decoded)
         tokens = self.encode_ordinary(text[:valid].decode("utf-8"))
         n_last = 0
         if valid:
