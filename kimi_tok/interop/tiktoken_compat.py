@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, AbstractSet, Literal
 import numpy as np
 
 from ..pipeline.bpe import encode_runs, max_ids, new_merge_scratch
-from ..pipeline.bpe.merge import merge_piece
+from ..pipeline.bpe.merge import merge_piece, new_pair_memo
 from ..pipeline.offsets import token_starts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -423,7 +423,7 @@ class TiktokenEncoding:
         """The BPE merges of one piece (tiktoken's ``byte_pair_encode``), even if it is a token."""
         out = np.empty(len(piece), dtype=np.uint32)
         n = merge_piece(self.tokenizer.engine.stages.tables, piece.copy(), 0, len(piece), out, 0,
-                        new_merge_scratch(len(piece)))
+                        new_merge_scratch(len(piece), new_pair_memo()))
         return out[:n].tolist()
 
     def _bpe_joined(self, parts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
