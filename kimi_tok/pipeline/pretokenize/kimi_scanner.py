@@ -30,6 +30,7 @@ from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE
 NO_MATCH = -1
 CR = 0x0D
 LF = 0x0A
+TAB = 0x09  # tab .. carriage return (0x09-0x0D) and space: the ASCII White_Space
 SPACE = 0x20
 APOSTROPHE = 0x27
 ASCII_CASE_BIT = 0x20  # 'A' | 0x20 == 'a'
@@ -224,9 +225,9 @@ def _ascii_word_end(buf, i, end):
 
 @leaf_inline
 def _ascii_piece_end(buf, start, end):
-    """The common ASCII pieces, matched byte by byte: a word with an optional prefix (2-3) and a
-    digit group (4). ``NO_MATCH`` for anything else, or where a non-ASCII byte could change the
-    match: the caller then runs the alternatives in order (and finds the same piece for these)."""
+    """ASCII pieces, matched byte by byte: a word with an optional prefix (2-3), a digit group (4),
+    symbols (5) and whitespace (6-8). ``NO_MATCH`` where a non-ASCII byte could change the match:
+    the caller then runs the alternatives in order (and finds the same piece for these)."""
     first = buf[index(start)]
     if first >= ASCII_END:
         return NO_MATCH
@@ -242,7 +243,57 @@ def _ascii_piece_end(buf, start, end):
     # any other ASCII character but a newline is a prefix ``[^\r\n\p{L}\p{N}]`` for a word
     if start + 1 < end and not _is_newline(first) and _is_ascii_letter(buf[index(start + 1)]):
         return _ascii_word_end(buf, start + 1, end)
-    return NO_MATCH
+    if start + 1 < end and buf[index(start + 1)] >= ASCII_END:
+        return NO_MATCH  # a non-ASCII letter could follow the prefix
+    if _is_ascii_space(first):
+        if first == SPACE and start + 1 < end and _is_ascii_symbol(buf[index(start + 1)]):
+            return _ascii_symbols_end(buf, start + 1, end)  # 5: `` ?[^\s\p{L}\p{N}]+``
+        return _ascii_whitespace_end(buf, start, end)
+    return _ascii_symbols_end(buf, start, end)
+
+
+@leaf
+def _is_ascii_space(byte):
+    """``\\s`` among ASCII bytes: tab, line feed, vertical tab, form feed, carriage return, space."""
+    return (byte >= TAB and byte <= CR) | (byte == SPACE)
+
+
+@leaf
+def _is_ascii_symbol(byte):
+    """``[^\\s\\p{L}\\p{N}]`` among ASCII bytes."""
+    return byte < ASCII_END and not _is_ascii_space(byte) and not _is_ascii_letter(byte) and not _is_ascii_digit(byte)
+
+
+@leaf_inline
+def _ascii_symbols_end(buf, i, end):
+    """Alternative 5 from the ASCII symbol at ``i``: the symbols, then any newlines; ``NO_MATCH`` if the
+    symbols stop at a non-ASCII byte (a non-ASCII symbol could continue them)."""
+    while i < end and _is_ascii_symbol(buf[index(i)]):
+        i += 1
+    if i < end and buf[index(i)] >= ASCII_END:
+        return NO_MATCH
+    while i < end and _is_newline(buf[index(i)]):
+        i += 1
+    return i
+
+
+@leaf_inline
+def _ascii_whitespace_end(buf, start, end):
+    """Alternatives 6-8 on a run of ASCII whitespace (as ``_match_whitespace``); ``NO_MATCH`` if the
+    run stops at a non-ASCII byte (non-ASCII whitespace could continue it)."""
+    i = start
+    last_newline_end = NO_MATCH
+    while i < end and _is_ascii_space(buf[index(i)]):
+        if _is_newline(buf[index(i)]):
+            last_newline_end = i + 1
+        i += 1
+    if i < end and buf[index(i)] >= ASCII_END:
+        return NO_MATCH
+    if last_newline_end != NO_MATCH:
+        return last_newline_end
+    if i < end and i - 1 > start:
+        return i - 1
+    return i
 
 
 @leaf_inline
