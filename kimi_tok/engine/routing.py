@@ -218,7 +218,7 @@ def new_route_caches(tables, n_routes: int) -> RouteCaches:
     """A full-size piece cache per route (as many caches as the threads used to keep, but each
     holds only its route's pieces, so together they remember ``n_routes`` times more)."""
     short_tables = np.zeros((n_routes, ENTRY_WORDS * SHORT_CACHE_ENTRIES), dtype=np.uint64)
-    return RouteCaches(short_tables, [new_piece_cache(tables, short_slots=short_tables[route])
+    return RouteCaches(short_tables, [new_piece_cache(short_slots=short_tables[route])
                                       for route in range(n_routes)])
 
 

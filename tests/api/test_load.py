@@ -462,11 +462,11 @@ def test_bpe_table_cache_is_named_by_the_hashing_source_too(tmp_path, monkeypatc
 
     token_bytes = np.frombuffer(b"abc", dtype=np.uint8)
     offsets = np.array([0, 1, 2, 3], dtype=np.int64)
-    before = bpe.tables.tables_digest(token_bytes, offsets)
+    before = bpe.build.tables_digest(token_bytes, offsets)
     edited = tmp_path / "hashing.py"
     edited.write_bytes(Path(hashing.__file__).read_bytes() + b"\n# FNV_PRIME changed\n")
     monkeypatch.setattr(hashing, "__file__", str(edited))
-    assert bpe.tables.tables_digest(token_bytes, offsets) != before
+    assert bpe.build.tables_digest(token_bytes, offsets) != before
 
 
 def test_bpe_table_cache_unwritable_dir(tmp_path, monkeypatch):

@@ -65,7 +65,7 @@ def test_a_tokenizers_tables_and_piece_caches_are_in_one_mapping_each():
     tables = tok.engine.stages.tables
     assert len({id(_mapping_of(array)) for array in tables}) == 1
     assert isinstance(_mapping_of(tables.pair_slots), mmap.mmap)
-    cache = bpe.new_piece_cache(tables)
+    cache = bpe.new_piece_cache()
     assert len({id(_mapping_of(array)) for array in cache}) == 1
     assert (cache.slots == bpe.tables.EMPTY).all() and not cache.used.any()
     assert np.array_equal(cache.short_slots, tables.short_slots)

@@ -13,7 +13,7 @@ def _tokenizer_with_tiny_cache(entries: int, key_bytes: int, ids: int) -> kimi_t
     vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
     tok = kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, n_jobs=1, segment_cache_bytes=0)
     tok.engine.stages.piece_caches = bpe.PieceCachePool(
-        lambda: bpe.new_piece_cache(tok.engine.stages.tables, entries=entries, key_bytes=key_bytes, ids=ids), keep=1
+        lambda: bpe.new_piece_cache(entries=entries, key_bytes=key_bytes, ids=ids), keep=1
     )
     return tok
 
@@ -50,10 +50,32 @@ def test_pool_keeps_a_bounded_number_of_caches_under_many_threads(ref):
     from concurrent.futures import ThreadPoolExecutor
 
     tok = _tokenizer_with_tiny_cache(entries=1 << 10, key_bytes=1 << 14, ids=1 << 12)
-    tok.engine.stages.piece_caches = bpe.PieceCachePool(lambda: bpe.new_piece_cache(tok.engine.stages.tables), keep=3)
+    tok.engine.stages.piece_caches = bpe.PieceCachePool(lambda: bpe.new_piece_cache(), keep=3)
     prompts = [sample_prompt(20_000, seed=s) for s in range(8)]
     expected = [ref.encode_segments(p) for p in prompts]
     with ThreadPoolExecutor(max_workers=32) as pool:
         got = list(pool.map(lambda k: tok.encode_segments(prompts[k % 8]).ids, range(64)))
     assert all(g == expected[k % 8] for k, g in enumerate(got))
     assert len(tok.engine.stages.piece_caches.kept()) <= 3
+
+
+def test_a_cache_grows_as_calls_fill_it_and_stays_exact(ref):
+    """A cache a call left a quarter full doubles before the next call (its entries moved over): new
+    text keeps finding the words seen before, and the ids stay the reference's."""
+    from kimi_tok.pipeline.bpe.piece_cache import MAX_SHORT_CACHE_ENTRIES
+    from kimi_tok.pipeline.bpe.tables import ENTRY_WORDS
+
+    tok = _tokenizer_with_tiny_cache(entries=16, key_bytes=256, ids=64)
+    tok.engine.stages.piece_caches = bpe.PieceCachePool(
+        lambda: bpe.new_piece_cache(entries=16, key_bytes=256, ids=64, short_entries=256), keep=1,
+        grow=bpe.grown_piece_cache)
+    sizes = []
+    for seed in range(6):
+        assert_parity(tok, ref, sample_prompt(60_000, seed=seed))
+        cache = _kept_cache(tok)
+        sizes.append((cache.short_slots.shape[0] // ENTRY_WORDS, cache.key_at.shape[0]))
+    assert sizes[-1][0] > 256 and sizes[-1][1] > 16  # both tables grew ...
+    assert all(a <= b for a, b in zip(sizes, sizes[1:]))  # ... never shrank ...
+    assert sizes[-1][0] <= MAX_SHORT_CACHE_ENTRIES  # ... and stay bounded
+    first = assert_parity(tok, ref, sample_prompt(60_000, seed=0))
+    assert tok.encode_segments(sample_prompt(60_000, seed=0)).ids == first  # served from the grown cache

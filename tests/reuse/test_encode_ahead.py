@@ -151,7 +151,7 @@ def test_a_helper_without_a_free_piece_cache_leaves_the_parts_and_a_spare_is_mad
     """Making a piece cache costs more than a helper's share of a turn: it does not join then,
     and a spare cache is made after the call, off its critical path."""
     cached = cached_tokenizer(**SHARED_LOW)
-    pool = bpe.PieceCachePool(lambda: bpe.new_piece_cache(cached.engine.stages.tables), keep=4)
+    pool = bpe.PieceCachePool(lambda: bpe.new_piece_cache(), keep=4)
     monkeypatch.setattr(cached.engine.stages, "piece_caches", pool)  # tokenizers may be shared: a pool of its own
     segments = chat_turn(0, 3_000)
     cached.encode_segments(segments)

@@ -16,12 +16,15 @@ from typing import NamedTuple
 import numpy as np
 
 from ...native.jit import index, kernel, leaf
+from ...native.utf8 import code_point_at, sequence_length
+from .char_starts import CHAR_START_CODE_POINTS, start_count, start_first_length, start_id
 from .tables import FIBONACCI, ID_BITS, NO_MERGE, pair_rank
 
 SCAN_MERGE_BYTES = 128  # pieces up to this size merge by a scan over their byte positions
 POSITION_BITS = 7  # a scan key: rank << POSITION_BITS | position (ranks below 2**24 fit an int32)
 POSITION_MASK = (1 << POSITION_BITS) - 1
 NO_KEY = np.int32(0x7FFFFFFF)  # the key of a position with no pair to merge (merged away, last)
+UTF8_MULTI_BYTE_LEAD = 0xC0  # bytes from here on start a character of two or more bytes
 SCAN_WIDTH_STEP = 8  # scans cover a multiple of this many keys (the tail holds NO_KEY)
 # The pair memo: a direct-mapped table of recent pair look-ups, small enough for the L2 cache (the pair table
 # is not): (key + 1) << MEMO_RANK_BITS | rank, MEMO_NO_MERGE for a pair that does not merge, 0 for a free slot
@@ -54,15 +57,19 @@ def merge_scan_piece(tables, buf, start, end, out, n_out, scratch):
     next_part = scratch.next_part
     prev_part = scratch.prev_part
     width = (n + SCAN_WIDTH_STEP - 1) // SCAN_WIDTH_STEP * SCAN_WIDTH_STEP
-    for i in range(n):
-        parts[index(i)] = tables.byte_rank[index(buf[index(start + i)])]
-        next_part[index(i)] = i + 1
-        prev_part[index(i)] = i - 1
-    for i in range(n - 1):
-        pair = np.int64(buf[index(start + i)]) * 256 + buf[index(start + i + 1)]
-        keys[index(i)] = scan_key(tables.byte_pair_rank[index(pair)], i)
-    for i in range(n - 1, width):
+    for i in range(width):
         keys[index(i)] = NO_KEY
+    place_start_parts(tables, buf, start, n, parts, next_part, prev_part)
+    i = 0
+    while i < n:
+        after = next_part[index(i)]
+        if after < n:
+            if after == i + 1 and next_part[index(after)] == after + 1:  # two bytes: the dense table
+                pair = np.int64(buf[index(start + i)]) * 256 + buf[index(start + after)]
+                keys[index(i)] = scan_key(tables.byte_pair_rank[index(pair)], i)
+            else:
+                keys[index(i)] = scan_key(merge_rank(tables, scratch, parts[index(i)], parts[index(after)]), i)
+        i = after
     while True:
         best = NO_KEY
         for i in range(width):
@@ -90,6 +97,50 @@ def merge_scan_piece(tables, buf, start, end, out, n_out, scratch):
         n_out += 1
         i = next_part[index(i)]
     return n_out
+
+
+@leaf
+def place_start_parts(tables, buf, start, n, parts, next_part, prev_part):
+    """The parts a merge of ``buf[start:start + n]`` starts from, linked by position (a part sits at the
+    position of its first byte): each character that may start whole (``char_starts``) as its ids, the
+    rest as bytes."""
+    last = -1
+    i = 0
+    while i < n:
+        lead = buf[index(start + i)]
+        width = 1
+        count = 0
+        value = np.uint64(0)
+        if lead >= UTF8_MULTI_BYTE_LEAD:
+            width = sequence_length(lead)
+            if i + width <= n:
+                cp = code_point_at(buf, start + i)
+                if cp < CHAR_START_CODE_POINTS:
+                    value = tables.char_starts[index(cp)]
+                    count = start_count(value)
+        if count == 0:  # bytes
+            for k in range(width if i + width <= n else 1):
+                parts[index(i + k)] = tables.byte_rank[index(buf[index(start + i + k)])]
+                prev_part[index(i + k)] = last
+                if last >= 0:
+                    next_part[index(last)] = i + k
+                last = i + k
+            i += width if i + width <= n else 1
+            continue
+        parts[index(i)] = start_id(value, 0)
+        prev_part[index(i)] = last
+        if last >= 0:
+            next_part[index(last)] = i
+        last = i
+        if count == 2:
+            second = i + start_first_length(value)
+            parts[index(second)] = start_id(value, 1)
+            prev_part[index(second)] = last
+            next_part[index(last)] = second
+            last = second
+        i += width
+    if last >= 0:
+        next_part[index(last)] = n
 
 
 @leaf
@@ -186,16 +237,20 @@ def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
     prev_part = scratch.prev_part
     heap = scratch.heap
     size = 0
-    for i in range(count):
-        parts[index(i)] = tables.byte_rank[index(buf[index(start + i)])]
-        next_part[index(i)] = i + 1
-        prev_part[index(i)] = i - 1
+    place_start_parts(tables, buf, start, count, parts, next_part, prev_part)
+    i = 0
+    while i < count:
+        after = next_part[index(i)]
         ranks[index(i)] = NO_MERGE
-    for i in range(count - 1):
-        pair = np.int64(buf[index(start + i)]) * 256 + buf[index(start + i + 1)]
-        ranks[index(i)] = tables.byte_pair_rank[index(pair)]
-        if ranks[index(i)] != NO_MERGE:
-            size = _heap_push(heap, size, (np.int64(ranks[index(i)]) << RANK_SHIFT) | i)
+        if after < count:
+            if after == i + 1 and next_part[index(after)] == after + 1:  # two bytes: the dense table
+                ranks[index(i)] = tables.byte_pair_rank[index(np.int64(buf[index(start + i)]) * 256
+                                                              + buf[index(start + after)])]
+            else:
+                ranks[index(i)] = merge_rank(tables, scratch, parts[index(i)], parts[index(after)])
+            if ranks[index(i)] != NO_MERGE:
+                size = _heap_push(heap, size, (np.int64(ranks[index(i)]) << RANK_SHIFT) | i)
+        i = after
     while size > 0:
         entry, size = _heap_pop(heap, size)
         rank = np.int32(entry >> RANK_SHIFT)

@@ -16,9 +16,9 @@ import numpy as np
 
 from ...native.hashing import EMPTY, hash_span, spans_equal
 from ...native.hugepages import empty_in_huge_pages
-from ...native.jit import index, leaf
+from ...native.jit import index, kernel, leaf
 from .merge import MEMO_BITS
-from .tables import COUNT_SHIFT, ENTRY_WORDS, MAX_INLINE_IDS, BpeTables, put_entry
+from .tables import COUNT_SHIFT, ENTRY_WORDS, MAX_INLINE_IDS, find_entry, put_entry, short_hash
 
 
 class PieceCache(NamedTuple):
@@ -44,18 +44,25 @@ class PieceCache(NamedTuple):
 
 ENTRIES, KEY_BYTES_USED, IDS_USED, SHORT_ADDED = 0, 1, 2, 3  # indices into PieceCache.used
 SHORT_ADDED_LIMIT_DIVISOR = 2  # merged short pieces fill at most 1/2 of the short entries, then start over
-SHORT_CACHE_ENTRIES = 1 << 17
+# Caches start small and double when a call leaves one a quarter full (short table) or half full (the
+# general table), up to the MAX_ sizes (about 80 MB): a steady stream of text in one language keeps most
+# of its words cached, as the peers' growing caches do (docs/performance.md)
+SHORT_CACHE_ENTRIES = 1 << 15
+MAX_SHORT_CACHE_ENTRIES = 1 << 20
 IN_GENERAL_TABLE = 15  # the id count of a short entry whose ids (more than MAX_INLINE_IDS) are in the general table
-PIECE_CACHE_ENTRIES = 1 << 17
-PIECE_CACHE_KEY_BYTES = 1 << 22
-PIECE_CACHE_IDS = 1 << 20
+PIECE_CACHE_ENTRIES = 1 << 14
+PIECE_CACHE_KEY_BYTES = 1 << 20
+PIECE_CACHE_IDS = 1 << 18
+MAX_PIECE_CACHE_ENTRIES = 1 << 18
+MAX_PIECE_CACHE_KEY_BYTES = 1 << 24
+MAX_PIECE_CACHE_IDS = 1 << 22
 
 
-def new_piece_cache(tables: BpeTables, entries: int = PIECE_CACHE_ENTRIES,
+def new_piece_cache(entries: int = PIECE_CACHE_ENTRIES,
                     key_bytes: int = PIECE_CACHE_KEY_BYTES, ids: int = PIECE_CACHE_IDS,
                     short_slots: np.ndarray | None = None, short_entries: int = SHORT_CACHE_ENTRIES) -> PieceCache:
-    """An empty cache for one thread (about 18 MB; the arrays' pages are backed as they are
-    written), or with ``short_slots``: a zeroed short table made by the caller."""
+    """An empty cache for one thread (about 3 MB at first; ``grown_piece_cache`` doubles it as it fills),
+    or with ``short_slots``: a zeroed short table made by the caller."""
     for name, n in (("entries", entries), ("short_entries", short_entries)):
         if n < 1 or n & (n - 1):
             raise ValueError(f"piece cache {name} must be a power of two, not {n}")
@@ -85,9 +92,11 @@ class PieceCachePool:
     and a cache warmed by one thread serves the next call on any thread.
     """
 
-    def __init__(self, make: Callable[[], PieceCache], keep: int) -> None:
+    def __init__(self, make: Callable[[], PieceCache], keep: int,
+                 grow: Callable[[PieceCache], PieceCache] | None = None) -> None:
         self._make = make
         self._keep = keep
+        self._grow = grow  # applied to a cache given back, e.g. ``grown_piece_cache``
         self._free: list[PieceCache] = []
         self._lock = threading.Lock()
 
@@ -108,6 +117,8 @@ class PieceCachePool:
         self._put_back(cache)
 
     def _put_back(self, cache: PieceCache) -> None:
+        if self._grow is not None:
+            cache = self._grow(cache)
         with self._lock:
             if len(self._free) < self._keep:
                 self._free.append(cache)
@@ -120,6 +131,57 @@ class PieceCachePool:
         """The caches kept between calls (for tests and inspection)."""
         with self._lock:
             return list(self._free)
+
+
+def grown_piece_cache(cache: PieceCache) -> PieceCache:
+    """``cache``, or a copy with its tables doubled (entries moved over) where a call left them a
+    quarter full (short table) or half full (general table) and they are below their maximum."""
+    used = cache.used
+    short_entries = cache.short_slots.shape[0] // ENTRY_WORDS
+    grow_short = used[SHORT_ADDED] * 4 >= short_entries and short_entries < MAX_SHORT_CACHE_ENTRIES
+    entries = cache.key_at.shape[0]
+    grow_general = (used[ENTRIES] * 2 >= entries or used[KEY_BYTES_USED] * 2 >= cache.key_bytes.shape[0]
+                    or used[IDS_USED] * 2 >= cache.ids.shape[0]) and entries < MAX_PIECE_CACHE_ENTRIES
+    if not (grow_short or grow_general):
+        return cache
+    factor = 2 if grow_general else 1
+    new = new_piece_cache(entries=entries * factor, key_bytes=cache.key_bytes.shape[0] * factor,
+                          ids=cache.ids.shape[0] * factor, short_entries=short_entries * (2 if grow_short else 1))
+    _move_entries(cache, new)
+    return new
+
+
+@kernel
+def _move_entries(old, new):
+    """Every piece of ``old`` into the empty, larger ``new`` (and its pair memo)."""
+    old_short, new_short = old.short_slots, new.short_slots
+    for entry in range(old_short.shape[0] // ENTRY_WORDS):
+        at = entry * ENTRY_WORDS
+        hi = old_short[at + 1]
+        if hi == 0:
+            continue
+        lo = old_short[at]
+        free, _ = find_entry(new_short, lo, hi, short_hash(lo, hi))
+        for k in range(ENTRY_WORDS):
+            new_short[free * ENTRY_WORDS + k] = old_short[at + k]
+    new.used[SHORT_ADDED] = old.used[SHORT_ADDED]
+    mask = new.slots.shape[0] - 1
+    for entry in range(old.used[ENTRIES]):
+        start = old.key_at[entry]
+        end = start + old.key_len[entry]
+        slot = np.int64(hash_span(old.key_bytes, start, end) & np.uint64(mask))
+        while new.slots[slot] != EMPTY:
+            slot = (slot + 1) & mask
+        new.slots[slot] = entry
+        new.key_at[entry] = start
+        new.key_len[entry] = old.key_len[entry]
+        new.ids_at[entry] = old.ids_at[entry]
+        new.ids_len[entry] = old.ids_len[entry]
+    new.key_bytes[:old.used[KEY_BYTES_USED]] = old.key_bytes[:old.used[KEY_BYTES_USED]]
+    new.ids[:old.used[IDS_USED]] = old.ids[:old.used[IDS_USED]]
+    for k in range(3):
+        new.used[k] = old.used[k]
+    new.pair_memo[:] = old.pair_memo
 
 
 @leaf

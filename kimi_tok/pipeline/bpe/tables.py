@@ -24,19 +24,12 @@ The tables answer the questions merging asks:
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import sys
-import tempfile
-import threading
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from ...native import atomics, hashing
-from ...native.hashing import EMPTY, build_span_table, find_span, hash_span, int_slot, mix64, table_size_for
+from ...native import atomics
+from ...native.hashing import EMPTY, find_span, hash_span, int_slot, mix64
 from ...native.jit import index, kernel, leaf, leaf_inline
 
 NO_MERGE = np.int32(0x7FFFFFFF)  # rank of a pair that does not merge
@@ -52,7 +45,6 @@ ENTRY_WORDS = 4  # a short entry: key lo, key hi (0: a free slot), then up to MA
 IDS_PER_WORD = 3
 MAX_INLINE_IDS = 2 * IDS_PER_WORD
 COUNT_SHIFT = 60  # the id count, in the top bits of the first ids word
-TABLES_FORMAT = 3  # part of the cache file name, with a digest of the source that lays the tables out
 
 
 class BpeTables(NamedTuple):
@@ -65,98 +57,7 @@ class BpeTables(NamedTuple):
     byte_pair_rank: np.ndarray  # int32[256 * 256], NO_MERGE when absent
     pair_slots: np.ndarray  # uint64 left << 40 | right << 20 | merged, one per token's own split
     short_slots: np.ndarray  # uint64 entries of ENTRY_WORDS: every token of up to SHORT_PIECE_BYTES
-
-
-def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray, root: Path) -> BpeTables:
-    """``build_bpe_tables``, saved once per vocabulary under ``root`` (``Policy.cache_dir``) and
-    read back on later loads (building the K3 tables takes ~10x longer than reading them: see
-    docs/performance.md). An unwritable or damaged cache only means building them again.
-    """
-    path = root / f"bpe-tables-v{TABLES_FORMAT}-{tables_digest(token_bytes, token_offsets)}.npz"
-    try:
-        with np.load(path) as stored:
-            return BpeTables(**{name: stored[name] for name in BpeTables._fields})
-    except Exception:  # missing, truncated, not an npz, wrong fields: whatever it is, rebuild
-        pass
-    tables = build_bpe_tables(token_bytes, token_offsets)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, **tables._asdict())
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return tables
-
-
-def tables_digest(token_bytes: np.ndarray, token_offsets: np.ndarray) -> str:
-    """Names the tables of a vocabulary as built by the source that decides their layout (this
-    module and ``hashing.py``, whose hashes place the keys), so a changed layout never reads
-    tables built by other code."""
-    source = b"".join(Path(module.__file__).read_bytes() for module in (sys.modules[__name__], hashing))
-    return hashlib.sha256(token_bytes.tobytes() + token_offsets.tobytes() + source).hexdigest()[:32]
-
-
-def save_mappable_tables(tables: BpeTables, root: Path) -> Path:
-    """The tables as one ``.npy`` file per array (memory-mappable), saved once per vocabulary
-    under ``root``, or under the temporary directory where that cannot be written."""
-    name = f"bpe-tables-v{TABLES_FORMAT}-{tables_digest(tables.token_bytes, tables.token_offsets)}"
-    try:
-        return _save_arrays(tables, root / name)
-    except OSError:  # a read-only cache root
-        return _save_arrays(tables, Path(tempfile.gettempdir()) / f"kimi_tok-{os.getuid()}" / name)
-
-
-def _save_arrays(tables: BpeTables, path: Path) -> Path:
-    if all((path / f"{name}.npy").is_file() for name in BpeTables._fields):
-        return path
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    for name, array in tables._asdict().items():
-        np.save(tmp / f"{name}.npy", array)
-    try:
-        os.replace(tmp, path)
-    except OSError:  # another process saved them first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
-
-
-def map_tables(path: Path) -> BpeTables:
-    """Tables saved by ``save_mappable_tables``, memory-mapped copy-on-write: worker processes
-    share the pages, and the arrays keep the writable type the compiled kernels were built for."""
-    return BpeTables(**{name: np.asarray(np.load(path / f"{name}.npy", mmap_mode="c")) for name in BpeTables._fields})
-
-
-def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeTables:
-    """Build the tables for a vocabulary whose rank ``i`` is ``token_bytes[off[i]:off[i+1]]``.
-
-    Raises ``ValueError`` when a token repeats or a single byte has no token.
-    """
-    n_tokens = token_offsets.shape[0] - 1
-    if n_tokens > MAX_VOCABULARY_TOKENS:
-        raise ValueError(
-            f"vocabulary of {n_tokens:,} tokens: at most {MAX_VOCABULARY_TOKENS:,} are supported "
-            f"(the tables pack ids in {ID_BITS} bits)"
-        )
-    slots, duplicate = build_span_table(token_bytes, token_offsets, table_size_for(n_tokens))
-    if duplicate >= 0:
-        raise ValueError(f"vocabulary token of rank {duplicate} repeats an earlier token")
-    byte_rank, byte_pair_rank = _byte_tables(token_bytes, token_offsets, slots)
-    missing = np.flatnonzero(byte_rank < 0)
-    if missing.size:
-        raise ValueError(
-            f"vocabulary lacks single-byte tokens (byte-level BPE needs all 256), e.g. byte {missing[0]}"
-        )
-    n_pairs = _count_pairs(token_bytes, token_offsets, slots)
-    all_splits = _build_pair_table(token_bytes, token_offsets, slots, table_size_for(n_pairs))
-    left, right = own_splits(token_bytes, token_offsets, byte_rank, all_splits)
-    pair_slots = _build_own_split_table(left, right, table_size_for(int(np.count_nonzero(left >= 0))))
-    n_short = int(np.count_nonzero(np.diff(token_offsets) <= SHORT_PIECE_BYTES))
-    short_slots = _build_short_table(token_bytes, token_offsets, table_size_for(n_short))
-    return BpeTables(token_bytes, token_offsets, slots, byte_rank, byte_pair_rank, pair_slots, short_slots)
-
-
-# -- short pieces: two-word keys and entries of packed ids -----------------------------------------
+    char_starts: np.ndarray  # uint64 per code point: the ids a merge may start a character from (char_starts.py)
 
 
 @leaf_inline

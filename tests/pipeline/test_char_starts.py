@@ -1,0 +1,98 @@
+"""Character starts (pipeline/bpe/char_starts.py): a merge that starts a character from its own ids
+gives tiktoken's ids.
+
+The argument in the module's docstring is checked here three ways: each start is the character's
+own encoding; random strings of starting and non-starting characters (and the straddle tokens'
+bytes around them) encode like tiktoken; and a vocabulary whose ranks break the argument's premise
+gets no starts at all.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import tiktoken
+
+import kimi_tok
+from kimi_tok.pipeline.bpe import build_bpe_tables
+from kimi_tok.pipeline.bpe.char_starts import CHAR_START_CODE_POINTS, start_count, start_id
+from kimi_tok.pipeline.bpe.tables import own_splits, _build_pair_table, _count_pairs
+from kimi_tok.native.hashing import table_size_for
+
+from tests.parity import describe_mismatch
+
+
+@pytest.fixture(scope="module")
+def starts(tok) -> np.ndarray:
+    return tok.engine.stages.tables.char_starts
+
+
+def _start_ids(value) -> list[int]:
+    return [start_id(value, k) for k in range(start_count(value))]
+
+
+def test_every_start_is_the_characters_own_encoding(tok, ref, starts):
+    cps = np.flatnonzero(starts).tolist()
+    assert len(cps) > 10_000  # CJK, kana, accented Latin ...
+    for cp in cps:
+        assert _start_ids(starts[cp]) == ref.enc.encode(chr(cp)), hex(cp)
+
+
+def _straddle_texts(tok) -> list[str]:
+    """Texts around the bytes of the straddle tokens: the places a character start could go wrong."""
+    tables = tok.engine.stages.tables
+    ranks = tok.mergeable_ranks()
+    by_rank = {r: t for t, r in ranks.items()}
+    all_splits = _build_pair_table(tables.token_bytes, tables.token_offsets, tables.token_slots,
+                                   table_size_for(_count_pairs(tables.token_bytes, tables.token_offsets,
+                                                               tables.token_slots)))
+    left, right = own_splits(tables.token_bytes, tables.token_offsets, tables.byte_rank, all_splits)
+    from kimi_tok.pipeline.bpe.char_starts import straddle_tokens
+
+    texts = []
+    for t in straddle_tokens(tables.token_bytes, tables.token_offsets, left, right).tolist():
+        raw = by_rank[t]
+        for lead in range(0xC2, 0xF0):  # complete the straddle's partial characters every way that decodes
+            for trail in (b"\x80", b"\x8f", b"\xa4", b"\xbf", b"\x80\x80", b"\xbf\xbf"):
+                text = (bytes([lead]) + raw + trail).decode("utf-8", "ignore")
+                if text:
+                    texts.append(text)
+    return texts
+
+
+def test_strings_of_starting_and_byte_characters_match_tiktoken(tok, ref, starts):
+    rng = random.Random(20261201)
+    starting = [chr(cp) for cp in np.flatnonzero(starts).tolist()]
+    byte_started = [chr(cp) for cp in range(0x80, 0x3000) if not starts[cp] and not 0xD800 <= cp < 0xE000]
+    cjk = [chr(cp) for cp in range(0x4E00, 0x9FFF)]
+    pools = [starting, byte_started, cjk, list("abc é中ア한ไท्"), starting + byte_started]
+    texts = []
+    for _ in range(4000):
+        pool = rng.choice(pools)
+        texts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 60))))
+    texts += _straddle_texts(tok)
+    got = tok.encode_segments([(t, False) for t in texts], tiktoken_safe=False).ids
+    want = [i for t in texts for i in ref.enc.encode(t, disallowed_special=())]
+    if got != want:
+        for t in texts:  # name the first text that differs
+            one, expected = tok.encode(t, tiktoken_safe=False).ids, ref.enc.encode(t, disallowed_special=())
+            assert one == expected, describe_mismatch(expected, one, repr(t))
+
+
+def test_a_vocabulary_whose_tokens_rank_below_their_halves_gets_no_starts():
+    """Ranks out of merge order break the argument (a merged token must rank above its halves): no
+    character starts early, and the ids are still tiktoken's."""
+    base = tiktoken.Encoding(name="k3", pat_str=kimi_tok.KIMI_PATTERN,
+                             mergeable_ranks=kimi_tok.kimi_k3().mergeable_ranks(), special_tokens={})
+    ranks = base._mergeable_ranks
+    order = sorted(ranks, key=lambda t: (len(t) != 3 or not t.startswith(b"\xe4"), ranks[t]))  # 3-byte tokens first
+    odd = tiktoken.Encoding(name="odd", pat_str=kimi_tok.KIMI_PATTERN,
+                            mergeable_ranks={t: r for r, t in enumerate(order)}, special_tokens={})
+    vocabulary = kimi_tok.from_tiktoken(odd).vocabulary
+    tables = build_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)
+    assert tables.char_starts.shape == (CHAR_START_CODE_POINTS,) and not tables.char_starts.any()
+    tok = kimi_tok.from_tiktoken(odd, policy=kimi_tok.Policy.from_env(n_jobs=1, segment_cache_bytes=0))
+    text = "中文的语言模型 " * 20 + "ภาษาไทย"
+    assert tok.encode(text, tiktoken_safe=False).ids == odd.encode(text, disallowed_special=())
