@@ -96,3 +96,31 @@ def test_a_vocabulary_whose_tokens_rank_below_their_halves_gets_no_starts():
     tok = kimi_tok.from_tiktoken(odd, policy=kimi_tok.Policy.from_env(n_jobs=1, segment_cache_bytes=0))
     text = "中文的语言模型 " * 20 + "ภาษาไทย"
     assert tok.encode(text, tiktoken_safe=False).ids == odd.encode(text, disallowed_special=())
+
+
+def _malformed_variants(raw: bytes) -> list[bytes]:
+    """Byte strings that look like the character ``raw`` to a decoder that checks nothing: a continuation
+    byte replaced (by ASCII, a lead, another continuation's place), an overlong form, a bad lead."""
+    out = []
+    for k in range(1, len(raw)):
+        for byte in (0x29, 0x41, 0xC3, 0xE4, 0xF0):
+            out.append(raw[:k] + bytes([byte]) + raw[k + 1:])
+    cp = ord(raw.decode("utf-8"))
+    if len(raw) < 4:  # the same code point one byte longer
+        longer = {2: 0xE0, 3: 0xF0}[len(raw)] | (cp >> (6 * len(raw)))
+        out.append(bytes([longer]) + bytes([0x80 | ((cp >> (6 * j)) & 0x3F) for j in range(len(raw) - 1, -1, -1)]))
+    out.append(bytes([0xF8 | (raw[0] & 0x07)]) + raw[1:] + b"\x80" * (4 - len(raw)))  # no UTF-8 lead
+    return out
+
+
+def test_bytes_that_are_not_utf8_start_as_bytes(tok, ref, starts):
+    """``encode_bytes`` merges bytes that need not be UTF-8: a sequence that only looks like a starting
+    character (a bad continuation, an overlong form, a lead from 0xF8) starts as bytes, like tiktoken."""
+    rng = random.Random(7)
+    dropin = tok.as_tiktoken()
+    cps = np.flatnonzero(starts).tolist()
+    for cp in rng.sample(cps, 400) + [0xE9, 0x4E2D, 0x4E9]:
+        raw = chr(cp).encode("utf-8")
+        for bad in _malformed_variants(raw):
+            for piece in (bad, b"a" + bad, bad + b"b", chr(rng.choice(cps)).encode("utf-8") + bad):
+                assert dropin._encode_single_piece(piece) == ref.enc._encode_single_piece(piece), piece

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...native.jit import index, kernel, leaf
-from ...native.utf8 import code_point_at, sequence_length
+from ...native.utf8 import sequence_length, well_formed_code_point_at
 from .char_starts import CHAR_START_CODE_POINTS, start_count, start_first_length, start_id
 from .tables import FIBONACCI, ID_BITS, NO_MERGE, pair_rank
 
@@ -114,8 +114,8 @@ def place_start_parts(tables, buf, start, n, parts, next_part, prev_part):
         if lead >= UTF8_MULTI_BYTE_LEAD:
             width = sequence_length(lead)
             if i + width <= n:
-                cp = code_point_at(buf, start + i)
-                if cp < CHAR_START_CODE_POINTS:
+                cp = well_formed_code_point_at(buf, start + i, width)  # bytes need not be UTF-8 (encode_bytes)
+                if 0 <= cp < CHAR_START_CODE_POINTS:
                     value = tables.char_starts[index(cp)]
                     count = start_count(value)
         if count == 0:  # bytes
