@@ -143,7 +143,8 @@ class Engine:
 
     def shared_parts(self, packed: PackedSegments, min_part_bytes: int, shrink: int = 0) -> SharedParts:
         """``packed`` cut into parts that threads take one at a time (``SharedParts.work``)."""
-        return SharedParts(self.stages, packed, self.flags, min_part_bytes, self.splits_after_newline, shrink)
+        return SharedParts(self.stages, packed, self.flags, min_part_bytes, self.splits_after_newline, shrink,
+                           self.policy.max_part_bytes)
 
     def worker_spec(self) -> EncoderSpec:
         """What a worker process needs to build these stages (the tables saved to be memory-mapped)."""

@@ -39,15 +39,16 @@ def _ids_per_substring(sub_start, sub_end, run_start, run_out_end, sub_n_ids):
 
 @kernel
 def encode_claimed_parts(tables, specials, scan_table, buf, sub_start, sub_end, sub_allow, part_first, counters,
-                         out, part_n_ids, sub_n_ids, cache, entered, syscall_number):
+                         out, part_n_ids, sub_n_ids, cache, entered, syscall_number, budget_bytes):
     """Encode parts of sub-strings taken one at a time from counters shared with other threads.
 
     Part ``p`` is sub-strings ``part_first[p]:part_first[p + 1]``; whoever takes it (``fetch_add``
     on ``counters[NEXT_PART]``) writes its ids to ``out`` from the part's byte offset (relative to
     ``sub_start[0]``: every id covers a byte or more, so parts never overlap), its id count to
     ``part_n_ids[p]`` and each of its sub-strings' to ``sub_n_ids``, then counts it in
-    ``counters[PARTS_DONE]``. Returns how many parts this thread encoded; once it returns every
-    part is taken, not necessarily finished by the other threads.
+    ``counters[PARTS_DONE]``. Returns how many parts this call encoded, once no part is left to
+    take (every part is taken, not necessarily finished by the other threads) or once the parts it
+    encoded hold ``budget_bytes``, so that the caller is back in Python (and sees Ctrl-C) soon.
 
     ``entered``: a ``native.futex.signal`` set as soon as this runs, telling a waiting thread
     (a parked helper, ``reuse.parking``) that this one is in compiled code and the GIL free;
@@ -57,11 +58,13 @@ def encode_claimed_parts(tables, specials, scan_table, buf, sub_start, sub_end, 
     n_parts = part_first.shape[0] - 1
     base = sub_start[0] if sub_start.shape[0] else 0
     encoded = 0
-    while True:
+    budget = budget_bytes
+    while budget > 0:
         p = fetch_add(counters, NEXT_PART, 1)
         if p >= n_parts:
             return encoded
         first, end = part_first[p], part_first[p + 1]
+        budget -= sub_end[end - 1] - sub_start[first]
         n, run_start, run_out_end = encode_substrings_fused(
             tables, specials, scan_table, buf, sub_start[first:end], sub_end[first:end], sub_allow[first:end],
             out[sub_start[first] - base:], cache,
@@ -70,6 +73,7 @@ def encode_claimed_parts(tables, specials, scan_table, buf, sub_start, sub_end, 
         _ids_per_substring(sub_start[first:end], sub_end[first:end], run_start, run_out_end, sub_n_ids[first:end])
         fetch_add(counters, PARTS_DONE, 1)
         encoded += 1
+    return encoded
 
 
 @kernel
@@ -92,10 +96,11 @@ def gather_parts(sub_start, part_first, out, part_n_ids, sub_n_ids, seg_end, ori
 
 
 @leaf
-def group_into_parts(sub_start, sub_end, min_part_bytes, shrink, part_first):
+def group_into_parts(sub_start, sub_end, min_part_bytes, max_part_bytes, shrink, part_first):
     """Consecutive sub-strings grouped into parts: a part ends once it holds ``min_part_bytes``
     and, if ``shrink``, 1/``shrink`` of the bytes left at its start (guided self-scheduling:
-    large parts first, small ones last, so that threads sharing them finish close together).
+    large parts first, small ones last, so that threads sharing them finish close together), or
+    ``max_part_bytes`` if less (a thread finishes its part before it sees a Ctrl-C).
     Fills ``part_first`` (room for one entry per sub-string, plus one); returns the part count."""
     left = 0
     for s in range(sub_start.shape[0]):
@@ -107,7 +112,7 @@ def group_into_parts(sub_start, sub_end, min_part_bytes, shrink, part_first):
         if size == 0:
             part_first[n_parts] = s
             n_parts += 1
-            target = max(min_part_bytes, left // shrink if shrink > 0 else 0)
+            target = max(min_part_bytes, min(max_part_bytes, left // shrink if shrink > 0 else 0))
         size += sub_end[s] - sub_start[s]
         left -= sub_end[s] - sub_start[s]
         if size >= target:
@@ -117,7 +122,8 @@ def group_into_parts(sub_start, sub_end, min_part_bytes, shrink, part_first):
 
 
 @kernel
-def cut_into_parts(buf, seg_start, seg_end, needs_cuts, allow_special, flags, min_part_bytes, shrink, split_units):
+def cut_into_parts(buf, seg_start, seg_end, needs_cuts, allow_special, flags, min_part_bytes, max_part_bytes, shrink,
+                   split_units):
     """The sub-strings of packed segments (tiktoken-safe cuts; with ``split_units``, long ones cut
     further where the pattern always cuts, ``split_at_safe_points``) and their grouping into parts
     (``group_into_parts``): ``(sub_start, sub_end, sub_allow, part_first)``."""
@@ -125,7 +131,7 @@ def cut_into_parts(buf, seg_start, seg_end, needs_cuts, allow_special, flags, mi
     if split_units:
         sub_start, sub_end, sub_allow = split_at_safe_points(buf, sub_start, sub_end, sub_allow, min_part_bytes)
     part_first = np.empty(sub_start.shape[0] + 1, dtype=np.int64)
-    n_parts = group_into_parts(sub_start, sub_end, min_part_bytes, shrink, part_first)
+    n_parts = group_into_parts(sub_start, sub_end, min_part_bytes, max_part_bytes, shrink, part_first)
     return sub_start, sub_end, sub_allow, part_first[:n_parts + 1]
 
 
@@ -146,13 +152,14 @@ class SharedParts:
     """
 
     def __init__(self, encoder, packed: PackedSegments, flags: np.ndarray, min_part_bytes: int,
-                 splits_after_newline: bool, shrink: int = 0) -> None:
+                 splits_after_newline: bool, shrink: int = 0, max_part_bytes: int = 1 << 20) -> None:
         buf = packed.buf
         self.packed = packed
         self.encoder = encoder
         self.sub_start, self.sub_end, self.sub_allow, self.part_first = cut_into_parts(
             buf, packed.seg_start, packed.seg_end, packed.needs_cuts, packed.allow_special, flags, min_part_bytes,
-            shrink, splits_after_newline)
+            max_part_bytes, shrink, splits_after_newline)
+        self.max_part_bytes = max_part_bytes
         self.counters = np.zeros(2, dtype=np.int64)  # the next part to take, the parts done
         self.out = np.empty(buf.shape[0], dtype=ID_DTYPE)  # an id covers >= 1 byte
         self.part_n_ids = np.zeros(self.part_first.shape[0] - 1, dtype=np.int64)
@@ -167,15 +174,26 @@ class SharedParts:
         return max(0, self.n_parts - int(self.counters[NEXT_PART]))
 
     def work(self, cache, entered: np.ndarray = NO_SIGNAL) -> int:
-        """Encode parts with this thread's piece ``cache`` until none is left to take (in one
-        compiled call, without the GIL); returns how many this thread encoded. Parts taken by
-        another thread may still be in progress when it returns: ``ids_and_bounds`` only after
-        every worker has returned. ``entered``: a signal set once this thread is in compiled code
-        (a parked helper waits for it: ``reuse.parking``)."""
+        """Encode parts with this thread's piece ``cache`` until none is left to take (without the
+        GIL, back in Python every ``max_part_bytes`` or so, where a Ctrl-C is raised); returns how
+        many this thread encoded. Parts taken by another thread may still be in progress when it
+        returns: ``ids_and_bounds`` only after every worker has returned. ``entered``: a signal set
+        once this thread is in compiled code (a parked helper waits for it: ``reuse.parking``)."""
         encoder = self.encoder
-        return encode_claimed_parts(encoder.tables, encoder.specials, encoder.pretokenizer.scan_table, self.packed.buf,
-                                    self.sub_start, self.sub_end, self.sub_allow, self.part_first, self.counters,
-                                    self.out, self.part_n_ids, self.sub_n_ids, cache, entered, SYS_FUTEX)
+        encoded = 0
+        while self.parts_left():
+            encoded += encode_claimed_parts(
+                encoder.tables, encoder.specials, encoder.pretokenizer.scan_table, self.packed.buf, self.sub_start,
+                self.sub_end, self.sub_allow, self.part_first, self.counters, self.out, self.part_n_ids,
+                self.sub_n_ids, cache, entered, SYS_FUTEX, self.max_part_bytes)
+            entered = NO_SIGNAL
+        return encoded
+
+    def stop(self) -> None:
+        """Leave no part to take (the call failed or was interrupted): the other threads return
+        after the part they are encoding. (A plain store: a thread's atomic ``fetch_add`` either
+        comes first and keeps its part, or comes after and finds none.)"""
+        self.counters[NEXT_PART] = self.n_parts
 
     def ids_and_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, segment_bounds)`` as ``Engine.encode_fused`` gives them, once every thread's

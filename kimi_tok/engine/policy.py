@@ -78,7 +78,8 @@ class Policy:
     # fan-outs of one call over threads
     min_bytes_per_shared_job: int = 1 << 16  # shared parts (the Kimi scanner): fans out from this per job
     fan_out_part_bytes: int = 1 << 16  # a part holds at least this much text ...
-    shrink_per_job: int = 2  # ... and 1/(shrink_per_job * n_jobs) of the text left (guided)
+    shrink_per_job: int = 2  # ... and 1/(shrink_per_job * n_jobs) of the text left (guided) ...
+    max_part_bytes: int = 1 << 20  # ... up to this much: a caller in compiled code sees Ctrl-C soon
     min_bytes_per_job: int = field(default_factory=lambda: min_bytes_per_job_for(usable_cores()))  # groups
     groups_per_job: int = 4  # smaller groups even out text that costs more per byte (CJK, long runs)
     min_bytes_per_process_job: int = 1 << 20  # processes pay for the text file and pickled ids

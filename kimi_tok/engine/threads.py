@@ -74,7 +74,7 @@ def encode_parts_on_threads(encoder, packed: PackedSegments, flags: np.ndarray, 
     has not started when this thread has taken the last part is cancelled: nobody waits for a
     share decided in advance, nor for another call's work."""
     shared = SharedParts(encoder, packed, flags, policy.fan_out_part_bytes, splits_after_newline,
-                         policy.shrink_per_job * n_jobs)
+                         policy.shrink_per_job * n_jobs, policy.max_part_bytes)
 
     def work() -> int:
         if shared.parts_left() == 0:
@@ -86,6 +86,9 @@ def encode_parts_on_threads(encoder, packed: PackedSegments, flags: np.ndarray, 
     helpers = [pool.submit(work) for _ in range(min(n_jobs, shared.n_parts) - 1)]
     try:
         work()
+    except BaseException:  # Ctrl-C or an error: the helpers stop after their part
+        shared.stop()
+        raise
     finally:
         for helper in helpers:
             if not helper.cancel():

@@ -577,9 +577,11 @@ INTERRUPTED_CHILD = r"""
 import json, os, sys, threading, time
 import numpy as np
 import kimi_tok
+from kimi_tok.reuse.warmup import wait_for_background
 
 tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=0, hash_routing=os.environ["TEST_MODE"] == "routed")
 tok.encode_segments([("warm up " * 300_000, False)])  # > 2 x MIN_BYTES_PER_JOB: starts the pool's threads
+wait_for_background()  # the warm-up thread has ended: a later count compares like with like
 threads_before = threading.active_count()
 rng = np.random.default_rng(1)
 text = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)[rng.integers(0, 26, 40_000_000)]
@@ -658,6 +660,7 @@ def test_tokenizer_after_a_caught_ctrl_c_is_correct(tmp_path, ref, backend):
 READ_ONLY_CHILD = r"""
 import json, sys
 import kimi_tok
+from kimi_tok.reuse.warmup import wait_for_background
 assert kimi_tok.__file__.startswith(sys.argv[1]), kimi_tok.__file__
 tok = kimi_tok.kimi_k3()
 texts = json.loads(sys.argv[2])

@@ -125,3 +125,40 @@ def test_ids_only_once_every_part_is_done(tok):
         shared.work(cache)
         assert shared.work(cache) == 0  # nothing left to take
     np.testing.assert_array_equal(shared.ids_and_bounds()[0], tok.engine.encode_fused(packed)[0])
+
+
+def test_parts_and_compiled_calls_stay_under_max_part_bytes(tok):
+    """However large the text and the guided share, a part holds about ``max_part_bytes`` at most,
+    and ``work`` returns to Python after about that much (where a Ctrl-C is raised), calling again
+    until no part is left: the ids are those of one compiled call."""
+    from kimi_tok.engine import parts
+
+    packed = tok.engine.pack([(sample_text(600_000, seed=9), False)], True)
+    shared = SharedParts(tok.engine.stages, packed, tok.engine.flags, 4_096, True, shrink=2, max_part_bytes=50_000)
+    sizes = part_sizes(shared)
+    longest_sub = int((shared.sub_end - shared.sub_start).max())
+    assert max(sizes) < 50_000 + longest_sub and sum(sizes) > 10 * 50_000
+    calls = []
+    real = parts.encode_claimed_parts
+
+    def counted(*args):
+        calls.append(real(*args))
+        return calls[-1]
+
+    parts.encode_claimed_parts, restore = counted, parts.encode_claimed_parts
+    try:
+        with tok.engine.stages.piece_caches.borrow() as cache:
+            assert shared.work(cache) == len(sizes)
+    finally:
+        parts.encode_claimed_parts = restore
+    assert len(calls) >= sum(sizes) // (50_000 + longest_sub) and min(calls[:-1]) >= 1
+    np.testing.assert_array_equal(shared.ids_and_bounds()[0], tok.engine.encode_fused(packed)[0])
+
+
+def test_stop_leaves_no_part_to_take(tok):
+    packed = tok.engine.pack([(sample_text(30_000, seed=10), False)], True)
+    shared = tok.engine.shared_parts(packed, 1_024, 0)
+    assert shared.parts_left() > 1
+    shared.stop()
+    with tok.engine.stages.piece_caches.borrow() as cache:
+        assert shared.parts_left() == 0 and shared.work(cache) == 0
