@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> tuple[list[TurnResult], dict]:
             calls = fns if stateful else fns * (1 if name == TIKTOKEN else args.repeats)
             for k, encode in enumerate(calls):
                 prompt = rerender(segments) if stateful else plain_copy
-                sec, got = timed(lambda: encode(prompt))
+                sec, got = timed(lambda p=prompt: encode(p))
                 seconds[name].append(sec)
                 if k == 0:
                     ids[name] = got

@@ -9,7 +9,7 @@ Nothing large is pickled per call:
 - the call's UTF-8 text is written once to a file in shared memory (``/dev/shm``
   where there is one) that the workers map; only the group bounds travel.
 
-The pool is loky's reusable executor, kept warm between calls (idle workers exit
+The pool is a loky executor of kimi_tok's own, kept warm between calls (idle workers exit
 after ``IDLE_SECONDS``). Each worker returns its group's ids, which the caller
 concatenates in order.
 """
@@ -34,6 +34,7 @@ SHARED_MEMORY_DIR = Path("/dev/shm")
 
 _pool_lock = threading.Lock()
 _pool_workers = 0
+_pool = None  # the warm loky executor (process_pool)
 _encoders: dict["EncoderSpec", SubstringEncoder] = {}  # in a worker: one per vocabulary, built once
 
 
@@ -82,13 +83,19 @@ def shared_text(buf: np.ndarray):
 
 
 def process_pool(n_workers: int):
-    """loky's reusable executor with at least ``n_workers`` workers (never shrunk by a smaller call)."""
-    from joblib.externals.loky import get_reusable_executor
+    """kimi_tok's own loky executor with at least ``n_workers`` workers (never shrunk by a smaller call;
+    replaced when broken, e.g. after a worker was killed). Not loky's reusable singleton, which joblib
+    reuses and expects to have made itself."""
+    from joblib.externals.loky import ProcessPoolExecutor
 
-    global _pool_workers
+    global _pool, _pool_workers
     with _pool_lock:
-        _pool_workers = max(_pool_workers, n_workers)
-        return get_reusable_executor(max_workers=_pool_workers, timeout=IDLE_SECONDS)
+        if _pool is None or n_workers > _pool_workers or _pool._flags.broken is not None or _pool._flags.shutdown:
+            old, _pool_workers = _pool, max(_pool_workers, n_workers)
+            _pool = ProcessPoolExecutor(max_workers=_pool_workers, timeout=IDLE_SECONDS)
+            if old is not None:
+                old.shutdown(wait=False)
+        return _pool
 
 
 def encode_on_processes(spec: EncoderSpec, buf, sub_start, sub_end, sub_allow, groups, n_jobs):

@@ -10,6 +10,7 @@ routing).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,6 +26,7 @@ from kimi_tok.engine.policy import BACKEND_ENV, min_bytes_per_job_for
 from kimi_tok.pipeline import bpe
 from kimi_tok.pipeline.bpe.piece_cache import ENTRIES
 from kimi_tok.pipeline.bpe.tables import SHORT_PIECE_BYTES
+from kimi_tok.reuse import warmup
 from kimi_tok.samples import render_chat, sample_prompt, sample_text
 
 from tests.conftest import k3_tokenizer, new_k3_tokenizer
@@ -77,14 +79,22 @@ def hostile_long_prompt(seed: int) -> list[tuple[str, bool]]:
     return segments
 
 
+def _called_by_warm_up() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename != warmup.__file__:
+        frame = frame.f_back
+    return frame is not None
+
+
 @pytest.fixture()
 def fan_outs(monkeypatch):
-    """Counts the calls that went to each backend's fan-out."""
+    """Counts the calls that went to each backend's fan-out, but for a Tokenizer's warm-up probes
+    (which take every fan-out once per process, on the caller's thread or in the background)."""
     calls = {mode: 0 for mode in MODES}
     for backend, name in (("threads", "encode_parts_on_threads"), ("routed", "encode_on_threads"),
                           ("processes", "encode_on_processes")):
         def counted(*args, _real=getattr(engine_module, name), _backend=backend):
-            calls[_backend] += 1
+            calls[_backend] += not _called_by_warm_up()
             return _real(*args)
         monkeypatch.setattr(engine_module, name, counted)
     return calls
@@ -111,7 +121,8 @@ def test_fan_out_threshold_follows_the_cores(ref, fan_outs, monkeypatch):
     def spy(buf, seg_start, seg_end, *args):
         sub_start, sub_end, sub_allow, part_first = cut(buf, seg_start, seg_end, *args)
         last = (sub_start >= seg_start[-1]) & (sub_end <= seg_end[-1])
-        cuts.append((args[3], int(last.sum()), part_first.shape[0] - 1))
+        if not _called_by_warm_up():
+            cuts.append((args[3], int(last.sum()), part_first.shape[0] - 1))
         return sub_start, sub_end, sub_allow, part_first
 
     monkeypatch.setattr(parts, "cut_into_parts", spy)
@@ -136,8 +147,13 @@ def test_a_generic_pattern_fans_out_in_groups(monkeypatch):
     contiguous groups, with the ids of the sequential path."""
     groups = []
     real = engine_module.encode_groups_on_threads
-    monkeypatch.setattr(engine_module, "encode_groups_on_threads",
-                        lambda *args: groups.append(args[-2]) or real(*args))
+
+    def spy(*args):
+        if not _called_by_warm_up():
+            groups.append(args[-2])
+        return real(*args)
+
+    monkeypatch.setattr(engine_module, "encode_groups_on_threads", spy)
     vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
     generic = kimi_tok.Tokenizer(vocabulary, specials, "(?:" + kimi_tok.KIMI_PATTERN + ")",
                                  policy=mode_policy(2, "threads", **SMALL_GROUPS))
@@ -256,6 +272,19 @@ def test_a_process_pool_stays_warm_between_calls(fan_outs):
     pids = set(pool._processes)
     tok.encode_segments(segments)
     assert workers.process_pool(2) is pool and set(pool._processes) == pids
+    assert fan_outs["processes"] == 2
+
+
+def test_joblib_loky_works_after_the_process_backend(fan_outs):
+    """The process backend keeps a loky executor of its own: joblib's loky backend, which reuses
+    loky's singleton executor, still works after a call (and the call after it too)."""
+    import joblib
+
+    tok = make_tokenizer(2, "processes", **PROCESSES_FROM_256_KB)
+    segments = sample_prompt(700_000, seed=5)
+    expected = tok.encode_to_numpy(segments)
+    assert joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(abs)(-k) for k in range(4)) == [0, 1, 2, 3]
+    assert np.array_equal(tok.encode_to_numpy(segments), expected)
     assert fan_outs["processes"] == 2
 
 
