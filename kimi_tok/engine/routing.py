@@ -31,11 +31,12 @@ from ..native.hashing import EMPTY, find_span, hash_span
 from ..native.jit import kernel, leaf
 from ..pipeline import bpe
 from ..pipeline.assembly import ID_DTYPE, SubstringEncoder
-from ..pipeline.bpe.encode import encode_short_miss, encode_unknown_piece
+from ..pipeline.bpe.encode import encode_short_piece, encode_unknown_piece
 from ..pipeline.bpe.merge import new_merge_scratch
 from ..pipeline.bpe.piece_cache import SHORT_CACHE_ENTRIES, new_piece_cache
 from ..pipeline.bpe.tables import (COUNT_SHIFT, ENTRY_WORDS, ID_BITS, ID_MASK, IDS_PER_WORD, NO_MERGE,
-                                   SHORT_PIECE_BYTES, entry_count, find_entry, short_hash, short_key)
+                                   SHORT_PIECE_BYTES, entry_count, find_entry, maybe_long_token, short_hash,
+                                   short_key)
 from .threads import thread_pool
 
 ROUTE_SHIFT = np.uint64(32)  # route by the high bits: the low bits pick hash-table slots
@@ -127,9 +128,11 @@ def classify_pieces(tables, short_tables, buf, run_start, run_special, first_pie
                         value = route_table[entry * ENTRY_WORDS + 2]
             else:
                 h = hash_span(buf, start, end)
-                rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end, h)
-                if rank != EMPTY:
-                    value = one_id(rank)
+                if maybe_long_token(tables, h):
+                    rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
+                                     h)
+                    if rank != EMPTY:
+                        value = one_id(rank)
             piece_value[p] = value
             if value == MISS:
                 miss_start[n_misses] = start
@@ -163,8 +166,8 @@ def _merge_route(tables, buf, miss_start, miss_end, miss_route, route, first, la
         if end - start <= SHORT_PIECE_BYTES:
             # merged earlier in this phase (a repeat within the call), or merged now and added
             lo, hi = short_key(buf, start, end)
-            miss_count[m] = encode_short_miss(tables, cache, buf, start, end, lo, hi, short_hash(lo, hi), miss_ids,
-                                              at, scratch) - at
+            miss_count[m] = encode_short_piece(tables, cache, buf, start, end, lo, hi, short_hash(lo, hi), miss_ids,
+                                               at, scratch) - at
         else:
             miss_count[m] = encode_unknown_piece(tables, cache, buf, start, end, miss_ids, at, scratch,
                                                  hash_span(buf, start, end)) - at

@@ -58,6 +58,16 @@ def empty_in_huge_pages(layout: Sequence[tuple[tuple[int, ...] | int, np.dtype]]
     return arrays
 
 
+def zeros_in_huge_pages(layout: Sequence[tuple[tuple[int, ...] | int, np.dtype]]) -> list[np.ndarray]:
+    """``empty_in_huge_pages``, zeroed: a fresh anonymous mapping reads as zeros already, so no page is
+    written (nor backed by memory) until used; the plain-array fallback is zeroed."""
+    arrays = empty_in_huge_pages(layout)
+    if not _supported() or any(not isinstance(a.base, np.ndarray) for a in arrays):
+        for array in arrays:
+            array.fill(0)
+    return arrays
+
+
 def in_huge_pages(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Copies of ``arrays`` in huge pages (``empty_in_huge_pages``)."""
     copies = empty_in_huge_pages([(array.shape, array.dtype) for array in arrays])

@@ -69,7 +69,8 @@ class SubstringEncoder:
         self.specials = build_special_table(special_tokens)
         self.pretokenizer = pretokenizer_for(pattern)
         self.piece_caches = bpe.PieceCachePool(
-            bpe.new_piece_cache, keep=max(MIN_KEPT_PIECE_CACHES, os.cpu_count() or 1), grow=bpe.grown_piece_cache
+            lambda: bpe.new_piece_cache(self.tables.short_slots), keep=max(MIN_KEPT_PIECE_CACHES, os.cpu_count() or 1),
+            grow=bpe.grown_piece_cache
         )
 
     def runs_and_pieces(self, buf, sub_start, sub_end, sub_allow, clock=None):

@@ -91,7 +91,7 @@ def _short_call(engine, reuse, decoder) -> None:
     segments = probe_segments()
     ids = engine.encode(segments, True).ids
     tiny_cache = new_piece_cache(entries=16, key_bytes=64, ids=16, short_entries=16)
-    tiny_cache.used[:] = (8, 0, 0, 4)  # as a call leaves a cache that should grow: its entries move over
+    tiny_cache.used[:] = (8, 0, 0, 12, 0, 1)  # as a call leaves a cache that should grow: its entries move over
     grown_piece_cache(tiny_cache)
     engine.encode(segments, False, want_ids=False)
     engine.encode_with_bounds(segments, True)

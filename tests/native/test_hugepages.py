@@ -1,5 +1,5 @@
 """Tables laid out in transparent huge pages (``hugepages.py``): same contents, dtypes, shapes and
-writability as plain arrays, each on a cache line, all in one mapping; plain arrays where the
+writability as plain arrays, each on a cache line, in one mapping per table; plain arrays where the
 platform has no such advice. The kernels' results with them are what every other test checks."""
 
 from __future__ import annotations
@@ -60,13 +60,16 @@ def test_plain_arrays_when_no_mapping_can_be_made(monkeypatch):
 
 
 @pytest.mark.skipif(not hugepages._supported(), reason="no MADV_HUGEPAGE here")
-def test_a_tokenizers_tables_and_piece_caches_are_in_one_mapping_each():
+def test_a_tokenizers_tables_and_piece_caches_are_in_huge_page_mappings():
+    """The tables in one mapping; a piece cache's general table in one, its short table and pair memo
+    in one each (so either can grow on its own)."""
     tok = kimi_tok.kimi_k3()
     tables = tok.engine.stages.tables
     assert len({id(_mapping_of(array)) for array in tables}) == 1
     assert isinstance(_mapping_of(tables.pair_slots), mmap.mmap)
     cache = bpe.new_piece_cache()
-    assert len({id(_mapping_of(array)) for array in cache}) == 1
+    assert len({id(_mapping_of(array)) for array in cache}) == 3
+    assert all(isinstance(_mapping_of(array), mmap.mmap) for array in cache)
     assert (cache.slots == bpe.tables.EMPTY).all() and not cache.used.any()
     assert not cache.short_slots.any() and not cache.pair_memo.any()  # empty: merged pieces only, no copy
     assert isinstance(_mapping_of(tok.engine.stages.pretokenizer.scan_table), mmap.mmap)

@@ -13,7 +13,8 @@ def _tokenizer_with_tiny_cache(entries: int, key_bytes: int, ids: int) -> kimi_t
     vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
     tok = kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, n_jobs=1, segment_cache_bytes=0)
     tok.engine.stages.piece_caches = bpe.PieceCachePool(
-        lambda: bpe.new_piece_cache(entries=entries, key_bytes=key_bytes, ids=ids), keep=1
+        lambda: bpe.new_piece_cache(tok.engine.stages.tables.short_slots, entries=entries, key_bytes=key_bytes, ids=ids),
+        keep=1,
     )
     return tok
 
@@ -50,7 +51,8 @@ def test_pool_keeps_a_bounded_number_of_caches_under_many_threads(ref):
     from concurrent.futures import ThreadPoolExecutor
 
     tok = _tokenizer_with_tiny_cache(entries=1 << 10, key_bytes=1 << 14, ids=1 << 12)
-    tok.engine.stages.piece_caches = bpe.PieceCachePool(lambda: bpe.new_piece_cache(), keep=3)
+    tok.engine.stages.piece_caches = bpe.PieceCachePool(lambda: bpe.new_piece_cache(tok.engine.stages.tables.short_slots),
+                                                        keep=3)
     prompts = [sample_prompt(20_000, seed=s) for s in range(8)]
     expected = [ref.encode_segments(p) for p in prompts]
     with ThreadPoolExecutor(max_workers=32) as pool:
@@ -60,8 +62,8 @@ def test_pool_keeps_a_bounded_number_of_caches_under_many_threads(ref):
 
 
 def test_a_cache_grows_as_calls_fill_it_and_stays_exact(ref):
-    """A cache a call left a quarter full doubles before the next call (its entries moved over): new
-    text keeps finding the words seen before, and the ids stay the reference's."""
+    """A cache a call filled (or made start over) grows before the next call (its entries moved over):
+    new text keeps finding the words seen before, and the ids stay the reference's."""
     from kimi_tok.pipeline.bpe.piece_cache import MAX_SHORT_CACHE_ENTRIES
     from kimi_tok.pipeline.bpe.tables import ENTRY_WORDS
 

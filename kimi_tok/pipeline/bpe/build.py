@@ -22,9 +22,10 @@ from ...native.hashing import build_span_table, table_size_for
 from . import char_starts as char_starts_module, tables as tables_module
 from .char_starts import CHAR_START_CODE_POINTS, build_char_starts
 from .tables import (ID_BITS, MAX_VOCABULARY_TOKENS, SHORT_PIECE_BYTES, BpeTables, _build_own_split_table,
-                     _build_pair_table, _build_short_table, _byte_tables, _count_pairs, own_splits)
+                     _build_pair_table, _build_short_table, _byte_tables, _count_pairs, build_long_token_bits,
+                     own_splits, short_table_entries)
 
-TABLES_FORMAT = 4  # part of the cache file name, with a digest of the source that lays the tables out
+TABLES_FORMAT = 6  # part of the cache file name, with a digest of the source that lays the tables out
 
 
 def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray, root: Path) -> BpeTables:
@@ -113,9 +114,10 @@ def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeT
     left, right = own_splits(token_bytes, token_offsets, byte_rank, all_splits)
     pair_slots = _build_own_split_table(left, right, table_size_for(int(np.count_nonzero(left >= 0))))
     n_short = int(np.count_nonzero(np.diff(token_offsets) <= SHORT_PIECE_BYTES))
-    short_slots = _build_short_table(token_bytes, token_offsets, table_size_for(n_short))
+    short_slots = _build_short_table(token_bytes, token_offsets, short_table_entries(n_short))
     tables = BpeTables(token_bytes, token_offsets, slots, byte_rank, byte_pair_rank, pair_slots, short_slots,
-                       np.zeros(CHAR_START_CODE_POINTS, dtype=np.uint64))
+                       np.zeros(CHAR_START_CODE_POINTS, dtype=np.uint64),
+                       build_long_token_bits(token_bytes, token_offsets))
     return tables._replace(char_starts=build_char_starts(tables, left, right))
 
 

@@ -2,9 +2,9 @@
 
 Each piece is looked up whole first (tiktoken does the same: only a miss is merged): single
 bytes and byte pairs in dense tables, pieces of up to ``SHORT_PIECE_BYTES`` by one probe of the
-vocabulary's short table and then, with the same key and hash, of the piece cache's table of
-short pieces merged before; longer pieces in the byte-span table, then the piece cache's general
-table. A miss is merged and cached.
+piece cache's short table (a copy of the vocabulary's, with the short pieces merged before);
+longer pieces in the byte-span table (when a filter of the long tokens' hashes lets them), then
+the piece cache's general table. A miss is merged and cached.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from ...native.hashing import EMPTY, find_span, hash_span
 from ...native.jit import index, kernel, leaf
 from .merge import merge_piece, new_merge_scratch
 from .piece_cache import IN_GENERAL_TABLE, _cache_find, _cache_store, add_short_piece
-from .tables import NO_MERGE, SHORT_PIECE_BYTES, entry_count, entry_id, find_entry, short_hash, short_key
+from .tables import (NO_MERGE, SHORT_PIECE_BYTES, entry_count, entry_id, find_entry, maybe_long_token, short_hash,
+                     short_key)
 
 
 @leaf
@@ -28,9 +29,10 @@ def emit_entry(table, entry, out, n_out):
 
 
 @leaf
-def encode_short_miss(tables, cache, buf, start, end, lo, hi, h, out, n_out, scratch):
-    """Ids of a short piece that is not a token: from the piece cache's short table, else merged
-    and added there (or to the general table when its ids do not fit an entry)."""
+def encode_short_piece(tables, cache, buf, start, end, lo, hi, h, out, n_out, scratch):
+    """Ids of a short piece (key ``(lo, hi)``, hash ``h``) from the piece cache's short table (which holds
+    the vocabulary's tokens too, unless it is a route's), else merged and added there (or to the
+    general table when its ids do not fit an entry)."""
     short_slots = cache.short_slots
     entry, found = find_entry(short_slots, lo, hi, h)
     if found:
@@ -38,7 +40,7 @@ def encode_short_miss(tables, cache, buf, start, end, lo, hi, h, out, n_out, scr
             return emit_entry(short_slots, entry, out, n_out)
         return encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, hash_span(buf, start, end))
     n_new = merge_piece(tables, buf, start, end, out, n_out, scratch)
-    if not add_short_piece(cache, lo, hi, h, entry, out, n_out, n_new):
+    if not add_short_piece(tables, cache, lo, hi, h, entry, out, n_out, n_new):
         _, slot = _cache_find(cache, buf, start, end, hash_span(buf, start, end))
         _cache_store(cache, slot, buf, start, end, out, n_out, n_new)
     return n_new
@@ -65,7 +67,7 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
     n_out = 0
     byte_rank = tables.byte_rank
     byte_pair_rank = tables.byte_pair_rank
-    short_slots = tables.short_slots
+    short_slots = cache.short_slots  # a copy of the vocabulary's, with the short pieces merged before
     for r in range(run_start.shape[0]):
         if run_special[index(r)] >= 0:
             out[index(n_out)] = run_special[index(r)]
@@ -89,17 +91,21 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
                     out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
                     n_out += 2
             elif length <= SHORT_PIECE_BYTES:
+                # one probe answers tokens and the short pieces merged before
                 lo, hi = short_key(buf, start, end)
                 h = short_hash(lo, hi)
                 entry, found = find_entry(short_slots, lo, hi, h)
-                if found:
+                if found and entry_count(short_slots, entry) == 1:
                     out[index(n_out)] = entry_id(short_slots, entry, 0)
                     n_out += 1
                 else:
-                    n_out = encode_short_miss(tables, cache, buf, start, end, lo, hi, h, out, n_out, scratch)
+                    n_out = encode_short_piece(tables, cache, buf, start, end, lo, hi, h, out, n_out, scratch)
             else:
                 h = hash_span(buf, start, end)
-                rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end, h)
+                rank = EMPTY
+                if maybe_long_token(tables, h):
+                    rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
+                                     h)
                 if rank != EMPTY:
                     out[index(n_out)] = rank
                     n_out += 1

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...native.hashing import EMPTY, hash_span, spans_equal
-from ...native.hugepages import empty_in_huge_pages
+from ...native.hugepages import zeros_in_huge_pages
 from ...native.jit import index, kernel, leaf
 from .merge import MEMO_BITS
 from .tables import COUNT_SHIFT, ENTRY_WORDS, MAX_INLINE_IDS, find_entry, put_entry, short_hash
@@ -24,9 +24,10 @@ from .tables import COUNT_SHIFT, ENTRY_WORDS, MAX_INLINE_IDS, find_entry, put_en
 class PieceCache(NamedTuple):
     """Merged pieces (piece bytes -> ids) kept across calls; one call at a time uses one.
 
-    Short pieces of at most ``MAX_INLINE_IDS`` ids go to ``short_slots`` (short entries, as in
-    ``BpeTables.short_slots``); other pieces to a general table whose keys and ids live in
-    fixed arenas. When a part is full it starts over, so memory stays at the size
+    ``short_slots`` starts as a copy of the vocabulary's short table (``BpeTables.short_slots``) and
+    takes the merged short pieces of at most ``MAX_INLINE_IDS`` ids too, so that one probe answers
+    both "is it a token" and "was it merged before"; other pieces go to a general table whose keys
+    and ids live in arenas. When a part is full it starts over, so memory stays at the size
     ``new_piece_cache`` allocated.
     """
 
@@ -37,18 +38,24 @@ class PieceCache(NamedTuple):
     ids_len: np.ndarray  # int64
     key_bytes: np.ndarray  # uint8 arena
     ids: np.ndarray  # int32 arena
-    used: np.ndarray  # int64[4]: entries, key bytes, ids in use, short pieces added
+    used: np.ndarray  # int64[N_USED]: counts (ENTRIES, ..., SHORT_RESETS)
     short_slots: np.ndarray  # uint64 short entries of merged short pieces
     pair_memo: np.ndarray  # uint64[2**merge.MEMO_BITS]: this thread's recent pair look-ups (merge.merge_rank)
 
 
-ENTRIES, KEY_BYTES_USED, IDS_USED, SHORT_ADDED = 0, 1, 2, 3  # indices into PieceCache.used
-SHORT_ADDED_LIMIT_DIVISOR = 2  # merged short pieces fill at most 1/2 of the short entries, then start over
-# Caches start small and double when a call leaves one a quarter full (short table) or half full (the
+# indices into PieceCache.used: general entries, key bytes, ids in use; short pieces added, the vocabulary's
+# entries in the short table, times the short table started over
+ENTRIES, KEY_BYTES_USED, IDS_USED, SHORT_ADDED, SHORT_BASE, SHORT_RESETS = 0, 1, 2, 3, 4, 5
+N_USED = 6
+# a short table starts over (the vocabulary's entries copied back) past 7/8 full during a call, and grows 2x
+# when a call leaves it 3/4 full (up to MAX_SHORT_CACHE_ENTRIES)
+SHORT_FULL_EIGHTHS = 7
+SHORT_GROW_QUARTERS = 3
+# Caches start small and grow 4x when a call leaves one a quarter full (short table) or half full (the
 # general table), up to the MAX_ sizes (about 80 MB): a steady stream of text in one language keeps most
 # of its words cached, as the peers' growing caches do (docs/performance.md)
-SHORT_CACHE_ENTRIES = 1 << 15
-MAX_SHORT_CACHE_ENTRIES = 1 << 20
+SHORT_CACHE_ENTRIES = 1 << 15  # without a vocabulary table to start from (the routes' caches)
+MAX_SHORT_CACHE_ENTRIES = 1 << 21
 IN_GENERAL_TABLE = 15  # the id count of a short entry whose ids (more than MAX_INLINE_IDS) are in the general table
 PIECE_CACHE_ENTRIES = 1 << 14
 PIECE_CACHE_KEY_BYTES = 1 << 20
@@ -58,29 +65,42 @@ MAX_PIECE_CACHE_KEY_BYTES = 1 << 24
 MAX_PIECE_CACHE_IDS = 1 << 22
 
 
-def new_piece_cache(entries: int = PIECE_CACHE_ENTRIES,
+def new_piece_cache(vocabulary_short: np.ndarray | None = None, entries: int = PIECE_CACHE_ENTRIES,
                     key_bytes: int = PIECE_CACHE_KEY_BYTES, ids: int = PIECE_CACHE_IDS,
                     short_slots: np.ndarray | None = None, short_entries: int = SHORT_CACHE_ENTRIES) -> PieceCache:
-    """An empty cache for one thread (about 3 MB at first; ``grown_piece_cache`` doubles it as it fills),
-    or with ``short_slots``: a zeroed short table made by the caller."""
+    """An empty cache for one thread whose short table is a copy of ``vocabulary_short`` (a vocabulary's
+    ``BpeTables.short_slots``), or ``short_slots`` (a zeroed table made by the caller), or a zeroed
+    one of ``short_entries``; ``grown_piece_cache`` makes its tables larger as calls fill them."""
     for name, n in (("entries", entries), ("short_entries", short_entries)):
         if n < 1 or n & (n - 1):
             raise ValueError(f"piece cache {name} must be a power of two, not {n}")
-    layout = [(2 * entries, np.int64), (entries, np.int64), (entries, np.int64), (entries, np.int64),
-              (entries, np.int64), (key_bytes, np.uint8), (ids, np.int32), (4, np.int64)]
-    if short_slots is None:
-        layout.append((ENTRY_WORDS * short_entries, np.uint64))
-    layout.append((1 << MEMO_BITS, np.uint64))
-    arrays = empty_in_huge_pages(layout)  # probed at random: in huge pages (see hugepages.py)
-    arrays[-1].fill(0)
-    if short_slots is None:
-        arrays[-2].fill(0)
-    else:
-        arrays.insert(-1, short_slots)
-    cache = PieceCache(*arrays)
-    cache.slots.fill(EMPTY)
-    cache.used.fill(0)
-    return cache
+    general = _new_general_table(entries, key_bytes, ids)
+    base = 0
+    if vocabulary_short is not None:
+        short_slots = _new_short_table(vocabulary_short.shape[0] // ENTRY_WORDS)
+        short_slots[:] = vocabulary_short
+        base = int(np.count_nonzero(vocabulary_short[1::ENTRY_WORDS]))
+    elif short_slots is None:
+        short_slots = _new_short_table(short_entries)
+    general[-1][SHORT_BASE] = base
+    return PieceCache(*general, short_slots, _new_short_table(0, memo=True))
+
+
+def _new_general_table(entries: int, key_bytes: int, ids: int) -> list[np.ndarray]:
+    """slots, key_at, key_len, ids_at, ids_len, key_bytes, ids, used: empty (one mapping, huge pages:
+    probed at random, see hugepages.py)."""
+    arrays = zeros_in_huge_pages([(2 * entries, np.int64), (entries, np.int64), (entries, np.int64),
+                                  (entries, np.int64), (entries, np.int64), (key_bytes, np.uint8), (ids, np.int32),
+                                  (N_USED, np.int64)])
+    arrays[0].fill(EMPTY)
+    return arrays
+
+
+def _new_short_table(entries: int, memo: bool = False) -> np.ndarray:
+    """A zeroed table of ``entries`` short entries, or (``memo``) a zeroed pair memo; its pages are backed
+    only as they are written."""
+    shape = (1 << MEMO_BITS) if memo else ENTRY_WORDS * entries
+    return zeros_in_huge_pages([(shape, np.uint64)])[0]
 
 
 class PieceCachePool:
@@ -134,37 +154,48 @@ class PieceCachePool:
 
 
 def grown_piece_cache(cache: PieceCache) -> PieceCache:
-    """``cache``, or a copy with its tables doubled (entries moved over) where a call left them a
-    quarter full (short table) or half full (general table) and they are below their maximum."""
+    """``cache``, or a copy with a larger table (its entries moved over) where a call left the short
+    table 3/4 full or had to start over (then 2x), or the general table half full (then 4x: few
+    growths, as fresh memory costs page faults), up to their maximum; the other table is shared."""
     used = cache.used
     short_entries = cache.short_slots.shape[0] // ENTRY_WORDS
-    grow_short = used[SHORT_ADDED] * 4 >= short_entries and short_entries < MAX_SHORT_CACHE_ENTRIES
+    grow_short = ((used[SHORT_RESETS] > 0 or (used[SHORT_BASE] + used[SHORT_ADDED]) * 4 >= short_entries
+                   * SHORT_GROW_QUARTERS) and short_entries < MAX_SHORT_CACHE_ENTRIES)
     entries = cache.key_at.shape[0]
     grow_general = (used[ENTRIES] * 2 >= entries or used[KEY_BYTES_USED] * 2 >= cache.key_bytes.shape[0]
                     or used[IDS_USED] * 2 >= cache.ids.shape[0]) and entries < MAX_PIECE_CACHE_ENTRIES
-    if not (grow_short or grow_general):
-        return cache
-    factor = 2 if grow_general else 1
-    new = new_piece_cache(entries=entries * factor, key_bytes=cache.key_bytes.shape[0] * factor,
-                          ids=cache.ids.shape[0] * factor, short_entries=short_entries * (2 if grow_short else 1))
-    _move_entries(cache, new)
-    return new
+    if grow_short:
+        short_slots = _new_short_table(2 * short_entries)
+        _move_short_entries(cache.short_slots, short_slots)
+        cache = cache._replace(short_slots=short_slots)
+        used[SHORT_RESETS] = 0
+    if grow_general:
+        factor = min(4, MAX_PIECE_CACHE_ENTRIES // entries)
+        general = PieceCache(*_new_general_table(factor * entries, factor * cache.key_bytes.shape[0],
+                                                 factor * cache.ids.shape[0]), cache.short_slots, cache.pair_memo)
+        _move_general_entries(cache, general)
+        cache = general
+    return cache
 
 
 @kernel
-def _move_entries(old, new):
-    """Every piece of ``old`` into the empty, larger ``new`` (and its pair memo)."""
-    old_short, new_short = old.short_slots, new.short_slots
-    for entry in range(old_short.shape[0] // ENTRY_WORDS):
+def _move_short_entries(old, new):
+    """Every short entry of ``old`` into the empty, larger ``new``."""
+    for entry in range(old.shape[0] // ENTRY_WORDS):
         at = entry * ENTRY_WORDS
-        hi = old_short[at + 1]
+        hi = old[at + 1]
         if hi == 0:
             continue
-        lo = old_short[at]
-        free, _ = find_entry(new_short, lo, hi, short_hash(lo, hi))
+        lo = old[at]
+        free, _ = find_entry(new, lo, hi, short_hash(lo, hi))
         for k in range(ENTRY_WORDS):
-            new_short[free * ENTRY_WORDS + k] = old_short[at + k]
-    new.used[SHORT_ADDED] = old.used[SHORT_ADDED]
+            new[free * ENTRY_WORDS + k] = old[at + k]
+    return 0
+
+
+@kernel
+def _move_general_entries(old, new):
+    """Every entry of ``old``'s general table into ``new``'s empty, larger one (and the counts)."""
     mask = new.slots.shape[0] - 1
     for entry in range(old.used[ENTRIES]):
         start = old.key_at[entry]
@@ -179,9 +210,9 @@ def _move_entries(old, new):
         new.ids_len[entry] = old.ids_len[entry]
     new.key_bytes[:old.used[KEY_BYTES_USED]] = old.key_bytes[:old.used[KEY_BYTES_USED]]
     new.ids[:old.used[IDS_USED]] = old.ids[:old.used[IDS_USED]]
-    for k in range(3):
+    for k in range(old.used.shape[0]):
         new.used[k] = old.used[k]
-    new.pair_memo[:] = old.pair_memo
+    return 0
 
 
 @leaf
@@ -233,19 +264,38 @@ def _cache_store(cache, slot, buf, start, end, ids, ids_start, ids_end):
 
 
 @leaf
-def add_short_piece(cache, lo, hi, h, entry, out, ids_start, ids_end):
+def _start_short_table_over(tables, cache):
+    """Empty the short table of its merged pieces: the vocabulary's entries only (or none, for a table
+    that did not start from them)."""
+    table = cache.short_slots
+    for k in range(table.shape[0]):
+        table[index(k)] = 0
+    if cache.used[SHORT_BASE] > 0:
+        vocabulary = tables.short_slots
+        for entry in range(vocabulary.shape[0] // ENTRY_WORDS):
+            at = entry * ENTRY_WORDS
+            hi = vocabulary[index(at + 1)]
+            if hi != 0:
+                lo = vocabulary[index(at)]
+                free, _ = find_entry(table, lo, hi, short_hash(lo, hi))
+                for k in range(ENTRY_WORDS):
+                    table[index(free * ENTRY_WORDS + k)] = vocabulary[index(at + k)]
+    cache.used[SHORT_ADDED] = 0
+    cache.used[SHORT_RESETS] += 1
+
+
+@leaf
+def add_short_piece(tables, cache, lo, hi, h, entry, out, ids_start, ids_end):
     """Add a merged short piece (key ``(lo, hi)``, hash ``h``, free ``entry``) to this thread's short
     table; returns whether its ids fit the entry (else the entry only says ``IN_GENERAL_TABLE``
-    and the caller stores the ids there). Past 1/``SHORT_ADDED_LIMIT_DIVISOR`` of the
-    entries the table starts over (a memset; no resizing, so memory stays bounded)."""
+    and the caller stores the ids there). Past 7/8 full the table starts over (no resizing during
+    a call, so memory stays bounded)."""
     n_ids = ids_end - ids_start
     table = cache.short_slots
     n_entries = table.shape[0] // ENTRY_WORDS
-    if cache.used[SHORT_ADDED] * SHORT_ADDED_LIMIT_DIVISOR >= n_entries:
-        for k in range(table.shape[0]):
-            table[index(k)] = 0
-        cache.used[SHORT_ADDED] = 0
-        entry = np.int64(h & np.uint64(n_entries - 1))
+    if (cache.used[SHORT_BASE] + cache.used[SHORT_ADDED]) * 8 >= n_entries * SHORT_FULL_EIGHTHS:
+        _start_short_table_over(tables, cache)
+        entry, _ = find_entry(table, lo, hi, h)
     cache.used[SHORT_ADDED] += 1
     if n_ids > MAX_INLINE_IDS:  # a marker: its ids are in the general table
         put_entry(table, entry, lo, hi, out, ids_start, 0)

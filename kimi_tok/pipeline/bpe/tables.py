@@ -45,6 +45,10 @@ ENTRY_WORDS = 4  # a short entry: key lo, key hi (0: a free slot), then up to MA
 IDS_PER_WORD = 3
 MAX_INLINE_IDS = 2 * IDS_PER_WORD
 COUNT_SHIFT = 60  # the id count, in the top bits of the first ids word
+# Few tokens are longer than SHORT_PIECE_BYTES (862 of K3's): a 64 Kbit filter of their hashes, which stays in
+# the L1 cache, answers "not a token" for most long pieces without a probe of the span table
+LONG_TOKEN_WORDS = 1 << 10
+LONG_TOKEN_BIT_SHIFT = 48  # the filter takes the hash's high bits (the span table its low bits)
 
 
 class BpeTables(NamedTuple):
@@ -58,6 +62,16 @@ class BpeTables(NamedTuple):
     pair_slots: np.ndarray  # uint64 left << 40 | right << 20 | merged, one per token's own split
     short_slots: np.ndarray  # uint64 entries of ENTRY_WORDS: every token of up to SHORT_PIECE_BYTES
     char_starts: np.ndarray  # uint64 per code point: the ids a merge may start a character from (char_starts.py)
+    long_token_bits: np.ndarray  # uint64[LONG_TOKEN_WORDS]: a bit per hash of the tokens longer than SHORT_PIECE_BYTES
+
+
+def short_table_entries(n_keys: int) -> int:
+    """Entries of a short table for ``n_keys``: a power of two at most 5/8 full (a piece cache's copy
+    then takes merged pieces up to 3/4 before it grows)."""
+    entries = 16
+    while entries * 5 < n_keys * 8:
+        entries *= 2
+    return entries
 
 
 @leaf_inline
@@ -323,6 +337,30 @@ def pair_rank(tables, left, right):
 
 
 @leaf
+def _long_token_bit(h):
+    return (h >> np.uint64(LONG_TOKEN_BIT_SHIFT)) & np.uint64(LONG_TOKEN_WORDS * 64 - 1)
+
+
+@leaf
+def maybe_long_token(tables, h):
+    """Whether a piece longer than ``SHORT_PIECE_BYTES`` with hash ``h`` (``hash_span``) may be a token
+    (False: certainly not)."""
+    bit = _long_token_bit(h)
+    return ((tables.long_token_bits[index(bit >> np.uint64(6))] >> (bit & np.uint64(63))) & np.uint64(1)) != 0
+
+
+@kernel
+def build_long_token_bits(token_bytes, token_offsets):
+    bits = np.zeros(LONG_TOKEN_WORDS, dtype=np.uint64)
+    for t in range(token_offsets.shape[0] - 1):
+        start, end = token_offsets[t], token_offsets[t + 1]
+        if end - start > SHORT_PIECE_BYTES:
+            bit = _long_token_bit(hash_span(token_bytes, start, end))
+            bits[bit >> np.uint64(6)] |= np.uint64(1) << (bit & np.uint64(63))
+    return bits
+
+
+@leaf
 def find_token(tables, buf, start, end):
     """Rank of the token whose bytes are ``buf[start:end]`` (non-empty), or ``EMPTY``."""
     length = end - start
@@ -330,8 +368,10 @@ def find_token(tables, buf, start, end):
         return np.int64(tables.byte_rank[index(buf[index(start)])])
     if length <= SHORT_PIECE_BYTES:
         return find_short_token(tables.short_slots, buf, start, end)
-    return find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
-                     hash_span(buf, start, end))
+    h = hash_span(buf, start, end)
+    if not maybe_long_token(tables, h):
+        return EMPTY
+    return find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end, h)
 
 
 @leaf
