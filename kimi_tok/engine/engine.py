@@ -72,10 +72,10 @@ class Engine:
         """``segments`` validated (unless ``validated``) and packed into one UTF-8 buffer."""
         return pack_segments(segments, tiktoken_safe, self.flags, validated=validated)
 
-    def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True) -> Encoded:
-        """All ids of ``segments`` (validated here), without any reuse across calls."""
-        ids = self.encode_packed(self.pack(validate_segments(segments), tiktoken_safe, validated=True),
-                                 with_bounds=False)[0]
+    def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, validated: bool = False) -> Encoded:
+        """All ids of ``segments`` (validated here unless ``validated``), without any reuse across calls."""
+        ids = self.encode_packed(self.pack(segments if validated else validate_segments(segments), tiktoken_safe,
+                                           validated=True), with_bounds=False)[0]
         return Encoded(ids if want_ids else None, len(ids))
 
     def encode_with_bounds(self, segments: Sequence, tiktoken_safe: bool, n_jobs: int | None = None,

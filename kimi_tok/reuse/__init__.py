@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 
 from ..engine.engine import Encoded, Engine
 from ..engine.policy import Policy
 from ..pipeline.segments import validate_segments
-from .encode_ahead import EncodeAhead, HelperThreads, OutputMemory, assemble, merge_encodings
+from .encode_ahead import EncodeAhead, HelperThreads, OutputMemory, assemble
 from .segment_cache import SegmentCache
 
 __all__ = ["SegmentReuse", "SegmentCache"]
@@ -42,30 +41,20 @@ class SegmentReuse:
 
     def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True) -> Encoded:
         """The call's ids (or only their count), encoding only the segments the cache does not
-        hold, then caching them."""
-        ahead = EncodeAhead.start(self, segments, tiktoken_safe, want_ids)
+        hold, then caching them (calls under ``Policy.min_cached_call_chars`` go straight to the engine)."""
+        ahead = EncodeAhead.start(self, segments, tiktoken_safe, want_ids)  # before validation: see its docstring
         if ahead is not None:
             return ahead.run(self, segments, tiktoken_safe, want_ids)
         cache, engine = self.cache, self.engine
         segments = validate_segments(segments)
+        if sum(len(text) for text, _ in segments) < self.policy.min_cached_call_chars:
+            return engine.encode(segments, tiktoken_safe, want_ids, validated=True)  # neither looked up nor stored
         speculation = cache.speculate(segments, tiktoken_safe)
-        todo = segments if len(speculation.missing) == len(segments) else [segments[i] for i in speculation.missing]
-        failed = cache.verify(speculation)
-        new_ids, bounds = engine.encode_with_bounds(todo, tiktoken_safe, validated=True)
-        plan = cache.resolve(speculation, failed)
-        if len(plan.missing) > len(speculation.missing):  # offered texts that differ after all
-            new_ids, bounds = self._add_late_misses(segments, tiktoken_safe, speculation.missing, new_ids, bounds,
-                                                    plan.missing)
-        if plan.missing:
+        plan = cache.resolve(speculation, cache.verify(speculation))  # offered texts that differ are misses too
+        missing = plan.missing
+        todo = segments if len(missing) == len(segments) else [segments[i] for i in missing]
+        new_ids, bounds = engine.encode_with_bounds(todo, tiktoken_safe, validated=True)  # one compiled call
+        if missing:
             cache.store(segments, tiktoken_safe, plan, new_ids, bounds,
                         cache.draft_runs(segments, tiktoken_safe, plan, speculation.fingerprints))
         return assemble(plan, new_ids, bounds, len(segments), want_ids)
-
-    def _add_late_misses(self, segments, tiktoken_safe: bool, first_missing: list[int], ids: np.ndarray,
-                         bounds: np.ndarray, all_missing: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Encode the offered segments that ``verify`` rejected and merge all new ids in call order."""
-        known = set(first_missing)
-        late = [i for i in all_missing if i not in known]
-        late_ids, late_bounds = self.engine.encode_with_bounds([segments[i] for i in late], tiktoken_safe,
-                                                               validated=True)
-        return merge_encodings(all_missing, [(first_missing, ids, bounds), (late, late_ids, late_bounds)])

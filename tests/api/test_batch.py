@@ -102,7 +102,7 @@ def test_threads_calling_at_once(tok, ref):
     ([["a"]], TypeError, r"items\[1\]: segment 0 must be a \(text, allow_special\) pair"),
 ])
 def test_a_bad_item_raises_naming_it_before_any_work(items, error, message):
-    tok = kimi_tok.kimi_k3(n_jobs=2, segment_cache_bytes=1 << 20)
+    tok = kimi_tok.kimi_k3(policy=Policy.from_env(n_jobs=2, segment_cache_bytes=1 << 20, min_cached_call_chars=0))
     tok.segment_cache.clear()
     with pytest.raises(error, match=message):
         tok.encode_batch(items if items is None or isinstance(items, str) else [sample_text(2_000, seed=0), *items])

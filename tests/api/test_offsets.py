@@ -150,7 +150,8 @@ def test_offsets_are_only_made_when_asked(tok):
 
 
 def test_offsets_are_the_same_with_and_without_the_segment_cache():
-    cached, uncached = kimi_tok.kimi_k3(segment_cache_bytes=1 << 24), kimi_tok.kimi_k3(segment_cache_bytes=0)
+    cached = kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(segment_cache_bytes=1 << 24, min_cached_call_chars=0))
+    uncached = kimi_tok.kimi_k3(segment_cache_bytes=0)
     segments = sample_prompt(30_000, seed=11)
     first = cached.encode_segments(segments, return_offsets=True).offsets
     again = cached.encode_segments(segments, return_offsets=True).offsets  # from the cache

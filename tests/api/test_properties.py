@@ -19,7 +19,8 @@ from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
 from kimi_tok.pipeline.pretokenize.unicode_classes import code_point_flags
 from tests.parity import assert_parity
 
-TOK = kimi_tok.kimi_k3()  # module-level: hypothesis tests cannot take function-scoped fixtures
+# module-level: hypothesis tests cannot take function-scoped fixtures; every call goes through the segment cache
+TOK = kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(min_cached_call_chars=0))
 
 SPECIALS = [
     "<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>", "[EOS]", "[BOS]", "[EOT]", "[PAD]",

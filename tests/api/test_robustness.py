@@ -119,7 +119,7 @@ BAD_SEGMENTS = [
 @pytest.mark.parametrize("bad, words", BAD_SEGMENTS, ids=lambda v: repr(v)[:30])
 def test_bad_segment_names_its_index(call, bad, words):
     """A bad segment raises TypeError naming its index and what is wrong; nothing gets cached."""
-    tok = kimi_tok.kimi_k3()
+    tok = kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(min_cached_call_chars=0))  # short calls cached too
     cached = len(tok.segment_cache)
     long_ok = ("x" * 300, False)  # cacheable: a failed call must not store it
     with pytest.raises(TypeError) as info:

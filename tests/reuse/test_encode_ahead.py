@@ -44,7 +44,7 @@ SHARED_LOW = {**LOW, "shared_part_bytes": 64, "min_shared_bytes": 256}  # ... or
 
 def cached_tokenizer(**settings) -> kimi_tok.Tokenizer:
     """A two-job Tokenizer with a segment cache (emptied) whose policy has ``settings``."""
-    tok = k3_tokenizer(Policy.from_env(n_jobs=2, segment_cache_bytes=BUDGET).replace(**settings))
+    tok = k3_tokenizer(Policy.from_env(n_jobs=2, segment_cache_bytes=BUDGET, min_cached_call_chars=0).replace(**settings))
     tok.segment_cache.clear()
     return tok
 
@@ -473,7 +473,8 @@ def test_parked_helpers_can_be_turned_off_from_the_environment():
     """``KIMI_TOK_PARKED_HELPERS=0``: executor helpers, and a turn still encoded ahead, exactly."""
     code = (
         "import kimi_tok\n"
-        "policy = kimi_tok.Policy.from_env(n_jobs=2).replace(min_ahead_plan_chars=1_000, min_ahead_chars=100)\n"
+        "policy = kimi_tok.Policy.from_env(n_jobs=2).replace(min_ahead_plan_chars=1_000, min_ahead_chars=100,\n"
+        "                                                    min_cached_call_chars=0)\n"
         "tok, plain = kimi_tok.kimi_k3(policy=policy), kimi_tok.kimi_k3(segment_cache_bytes=0)\n"
         "assert not tok.policy.parked_helpers and not tok._reuse.helpers.parked\n"
         "first = [('x ' * 800, False), ('<|sep|>', True)]\n"

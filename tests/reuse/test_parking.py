@@ -130,7 +130,7 @@ def parked_tokenizer() -> kimi_tok.Tokenizer:
     from kimi_tok.vocab import embedded_kimi_k3
 
     vocabulary, specials = embedded_kimi_k3()
-    policy = Policy.from_env(n_jobs=2, segment_cache_bytes=64 << 20).replace(**LOW)
+    policy = Policy.from_env(n_jobs=2, segment_cache_bytes=64 << 20, min_cached_call_chars=0).replace(**LOW)
     return kimi_tok.Tokenizer(vocabulary, specials, policy=policy)
 
 

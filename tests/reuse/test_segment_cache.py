@@ -28,6 +28,12 @@ SMALL_BUDGET = 64 << 10
 THREAD_BUDGET = 256 << 10  # small enough that threads evict while others read
 
 
+def cache_tokenizer(budget: int) -> kimi_tok.Tokenizer:
+    """kimi_k3() with a segment cache of ``budget`` bytes that every call uses, however short (the
+    shipped policy sends short calls straight to the engine: test_short_calls_skip_the_cache)."""
+    return kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(segment_cache_bytes=budget, min_cached_call_chars=0))
+
+
 @pytest.fixture(scope="module")
 def plain() -> kimi_tok.Tokenizer:
     tok = kimi_tok.kimi_k3(segment_cache_bytes=0)
@@ -37,14 +43,14 @@ def plain() -> kimi_tok.Tokenizer:
 
 @pytest.fixture()
 def cached() -> kimi_tok.Tokenizer:
-    tok = kimi_tok.kimi_k3(segment_cache_bytes=BIG_BUDGET)
+    tok = cache_tokenizer(BIG_BUDGET)
     tok.segment_cache.clear()
     return tok
 
 
 @pytest.fixture()
 def small() -> kimi_tok.Tokenizer:
-    tok = kimi_tok.kimi_k3(segment_cache_bytes=SMALL_BUDGET)
+    tok = cache_tokenizer(SMALL_BUDGET)
     tok.segment_cache.clear()
     return tok
 
@@ -428,7 +434,7 @@ def test_bad_budget_is_rejected(bad):
 @pytest.mark.parametrize("budget", [BIG_BUDGET, THREAD_BUDGET])
 def test_concurrent_turns_equal_sequential(plain, budget):
     """4 threads x shuffled random turns on one cached Tokenizer == the sequential uncached ids."""
-    tok = kimi_tok.kimi_k3(segment_cache_bytes=budget)
+    tok = cache_tokenizer(budget)
     tok.segment_cache.clear()
     rng = random.Random(budget)
     prompts, segments = [], []
@@ -513,7 +519,7 @@ def test_texts_sharing_a_fingerprint_never_share_ids(ref):
     """Same length, same start/middle/end samples, different elsewhere: each gets its own ids."""
     from kimi_tok.reuse.segment_cache import fingerprint
 
-    tok = kimi_tok.kimi_k3(segment_cache_bytes=1 << 20)
+    tok = cache_tokenizer(1 << 20)
     tok.segment_cache.clear()
     base = "alpha beta gamma delta " * 40
     first = base[:100] + "X" * 50 + base[150:]
@@ -539,3 +545,23 @@ def test_hint_to_an_evicted_run_that_lives_on(cached, plain):
     both = rerender(first) + rerender(second)
     assert cache.plan(both, True).missing == list(range(len(first), len(both)))
     assert ids_of(cached, both) == ids_of(plain, both)
+
+
+def test_short_calls_skip_the_cache(ref):
+    """With the shipped policy a call of fewer than ``min_cached_call_chars`` characters is encoded
+    without the cache (planning would cost more than encoding): nothing looked up, nothing
+    stored; a longer one is stored, and its ids come back from the cache."""
+    tok = kimi_tok.kimi_k3(segment_cache_bytes=BIG_BUDGET + 1)
+    tok.segment_cache.clear()
+    limit = tok.policy.min_cached_call_chars
+    assert limit == kimi_tok.Policy().min_cached_call_chars > 0
+    short = [("<|open|>", True), (sample_text(limit - 100, seed=31), False), ("<|close|>", True)]
+    assert tok.encode_segments(short).ids == ref.encode_segments(short)
+    assert len(tok.segment_cache) == 0 and tok.segment_cache.hits == tok.segment_cache.misses == 0
+    long = short[:1] + [(sample_text(limit + 100, seed=32), False)] + short[2:]
+    assert tok.encode_segments(long).ids == ref.encode_segments(long)
+    assert len(tok.segment_cache) == 3
+    assert tok.encode_segments(rerender(long)).ids == ref.encode_segments(long)
+    assert tok.segment_cache.hits == 3
+    with pytest.raises(ValueError, match="min_cached_call_chars"):
+        kimi_tok.Policy(min_cached_call_chars=-1)
