@@ -52,7 +52,7 @@ _warned = False
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 STAMP_NAME = "kimi_tok-kernels.stamp"  # in the package's top __pycache__ (and in NUMBA_CACHE_DIR)
 WORKER_ENV = "KIMI_TOK_COMPILE_WORKER"  # set in warm-up worker processes: their parent prints the notice
-COLD_COMPILE_SECONDS = 20  # all kernels on one core from an empty cache (docs/performance.md)
+COLD_COMPILE_SECONDS = 60  # every path of a default Tokenizer on one core from an empty cache (docs/performance.md)
 
 
 # -- the stale-cache guard ----------------------------------------------------------------------
