@@ -136,7 +136,7 @@ def _agent_loop(engine, reuse, decoder) -> None:
     if reuse is None:
         return
     policy = probe_policy(reuse.policy, min_bytes_per_job=1 << 20, min_ahead_plan_chars=1, min_ahead_chars=1,
-                          min_shared_bytes=1, shared_part_bytes=64, min_reused_ids=1)
+                          min_shared_bytes=1, shared_part_bytes=64, min_reused_ids=1, min_cached_call_chars=0)
     probe = copy.copy(reuse)
     probe.engine = _probe_engine(reuse.engine, policy)
     probe.policy = policy

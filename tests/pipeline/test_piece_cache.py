@@ -81,3 +81,28 @@ def test_a_cache_grows_as_calls_fill_it_and_stays_exact(ref):
     assert sizes[-1][0] <= MAX_SHORT_CACHE_ENTRIES  # ... and stay bounded
     first = assert_parity(tok, ref, sample_prompt(60_000, seed=0))
     assert tok.encode_segments(sample_prompt(60_000, seed=0)).ids == first  # served from the grown cache
+
+
+def test_a_cache_seeded_with_the_vocabulary_starts_over_and_never_grows():
+    """A thread's short table starts as the vocabulary's entries in twice its size; calls that fill it
+    make it start over (its merged pieces dropped, the vocabulary's put back) but never grow it, so
+    giving a cache back never stalls on moving a large table; the ids stay tiktoken's."""
+    import random
+
+    import tiktoken
+
+    from kimi_tok.pipeline.bpe.piece_cache import SEEDED_SHORT_FACTOR, SHORT_BASE, SHORT_RESETS
+    from kimi_tok.pipeline.bpe.tables import ENTRY_WORDS
+
+    tokens = [bytes([b]) for b in range(256)] + [b"th", b"the", b" the", b"in", b"ing", b" wor", b"ld"]
+    enc = tiktoken.Encoding(name="tiny", pat_str=kimi_tok.KIMI_PATTERN,
+                            mergeable_ranks={t: r for r, t in enumerate(tokens)}, special_tokens={})
+    tok = kimi_tok.from_tiktoken(enc, policy=kimi_tok.Policy.from_env(n_jobs=1, segment_cache_bytes=0))
+    vocabulary_entries = tok.engine.stages.tables.short_slots.shape[0] // ENTRY_WORDS
+    rng = random.Random(5)
+    for _ in range(30):  # fresh words every call: many merged short pieces
+        text = " ".join("".join(rng.choice("thingworld") for _ in range(rng.randint(3, 12))) for _ in range(400))
+        assert tok.encode(text, tiktoken_safe=False).ids == enc.encode_ordinary(text)
+    (cache,) = tok.engine.stages.piece_caches.kept()[:1]
+    assert cache.used[SHORT_BASE] > 0 and cache.used[SHORT_RESETS] > 0  # seeded, and it started over
+    assert cache.short_slots.shape[0] // ENTRY_WORDS == SEEDED_SHORT_FACTOR * vocabulary_entries  # never grown

@@ -47,10 +47,14 @@ class PieceCache(NamedTuple):
 # entries in the short table, times the short table started over
 ENTRIES, KEY_BYTES_USED, IDS_USED, SHORT_ADDED, SHORT_BASE, SHORT_RESETS = 0, 1, 2, 3, 4, 5
 N_USED = 6
-# a short table starts over (the vocabulary's entries copied back) past 7/8 full during a call, and grows 2x
-# when a call leaves it 3/4 full (up to MAX_SHORT_CACHE_ENTRIES)
-SHORT_FULL_EIGHTHS = 7
+# a short table starts over (the vocabulary's entries put back) past 3/4 full during a call (longer probe
+# runs cost more than the merges kept); one that did not start from the vocabulary's entries grows 2x when
+# a call leaves it 3/4 full (up to MAX_SHORT_CACHE_ENTRIES). One that did starts at SEEDED_SHORT_FACTOR times
+# the vocabulary's table and never grows: moving a table of 8-64 MB took 80-233 ms, a stall of the call
+# that gave the cache back (docs/performance.md)
+SHORT_FULL_EIGHTHS = 6
 SHORT_GROW_QUARTERS = 3
+SEEDED_SHORT_FACTOR = 2
 # Caches start small and grow 4x when a call leaves one a quarter full (short table) or half full (the
 # general table), up to the MAX_ sizes (about 80 MB): a steady stream of text in one language keeps most
 # of its words cached, as the peers' growing caches do (docs/performance.md)
@@ -68,17 +72,18 @@ MAX_PIECE_CACHE_IDS = 1 << 22
 def new_piece_cache(vocabulary_short: np.ndarray | None = None, entries: int = PIECE_CACHE_ENTRIES,
                     key_bytes: int = PIECE_CACHE_KEY_BYTES, ids: int = PIECE_CACHE_IDS,
                     short_slots: np.ndarray | None = None, short_entries: int = SHORT_CACHE_ENTRIES) -> PieceCache:
-    """An empty cache for one thread whose short table is a copy of ``vocabulary_short`` (a vocabulary's
-    ``BpeTables.short_slots``), or ``short_slots`` (a zeroed table made by the caller), or a zeroed
-    one of ``short_entries``; ``grown_piece_cache`` makes its tables larger as calls fill them."""
+    """An empty cache for one thread whose short table holds the entries of ``vocabulary_short`` (a
+    vocabulary's ``BpeTables.short_slots``) in ``SEEDED_SHORT_FACTOR`` times its size, or is
+    ``short_slots`` (a zeroed table made by the caller), or a zeroed one of ``short_entries``;
+    ``grown_piece_cache`` makes its general table (and an unseeded short table) larger as calls fill them."""
     for name, n in (("entries", entries), ("short_entries", short_entries)):
         if n < 1 or n & (n - 1):
             raise ValueError(f"piece cache {name} must be a power of two, not {n}")
     general = _new_general_table(entries, key_bytes, ids)
     base = 0
     if vocabulary_short is not None:
-        short_slots = _new_short_table(vocabulary_short.shape[0] // ENTRY_WORDS)
-        short_slots[:] = vocabulary_short
+        short_slots = _new_short_table(SEEDED_SHORT_FACTOR * vocabulary_short.shape[0] // ENTRY_WORDS)
+        _move_short_entries(vocabulary_short, short_slots)
         base = int(np.count_nonzero(vocabulary_short[1::ENTRY_WORDS]))
     elif short_slots is None:
         short_slots = _new_short_table(short_entries)
@@ -154,13 +159,13 @@ class PieceCachePool:
 
 
 def grown_piece_cache(cache: PieceCache) -> PieceCache:
-    """``cache``, or a copy with a larger table (its entries moved over) where a call left the short
-    table 3/4 full or had to start over (then 2x), or the general table half full (then 4x: few
+    """``cache``, or a copy with a larger table (its entries moved over) where a call left an unseeded
+    short table 3/4 full or had to start over (then 2x), or the general table half full (then 4x: few
     growths, as fresh memory costs page faults), up to their maximum; the other table is shared."""
     used = cache.used
     short_entries = cache.short_slots.shape[0] // ENTRY_WORDS
-    grow_short = ((used[SHORT_RESETS] > 0 or (used[SHORT_BASE] + used[SHORT_ADDED]) * 4 >= short_entries
-                   * SHORT_GROW_QUARTERS) and short_entries < MAX_SHORT_CACHE_ENTRIES)
+    grow_short = (used[SHORT_BASE] == 0 and (used[SHORT_RESETS] > 0 or used[SHORT_ADDED] * 4 >= short_entries
+                                              * SHORT_GROW_QUARTERS) and short_entries < MAX_SHORT_CACHE_ENTRIES)
     entries = cache.key_at.shape[0]
     grow_general = (used[ENTRIES] * 2 >= entries or used[KEY_BYTES_USED] * 2 >= cache.key_bytes.shape[0]
                     or used[IDS_USED] * 2 >= cache.ids.shape[0]) and entries < MAX_PIECE_CACHE_ENTRIES
@@ -288,7 +293,7 @@ def _start_short_table_over(tables, cache):
 def add_short_piece(tables, cache, lo, hi, h, entry, out, ids_start, ids_end):
     """Add a merged short piece (key ``(lo, hi)``, hash ``h``, free ``entry``) to this thread's short
     table; returns whether its ids fit the entry (else the entry only says ``IN_GENERAL_TABLE``
-    and the caller stores the ids there). Past 7/8 full the table starts over (no resizing during
+    and the caller stores the ids there). Past 3/4 full the table starts over (no resizing during
     a call, so memory stays bounded)."""
     n_ids = ids_end - ids_start
     table = cache.short_slots
