@@ -1,13 +1,14 @@
 """Many prompts in one call (``Tokenizer.encode_batch``): items spread over threads.
 
 Every item is validated first, so a bad one raises (naming ``items[i]`` and its segment)
-before any work. Then, for a tokenizer with a segment cache, each item goes through the
-cache as its own call (``encode_each``): items long enough to fan out on their own
+before any work. Then, for a tokenizer with a segment cache, each item long enough to use it
+(``Policy.min_cached_call_chars``) goes through the cache as its own call (``encode_each``): items long enough to fan out on their own
 (``fans_out``) are encoded one after another by this thread, each over the engine's pool as
 a single call would be; the others are taken one at a time, in order, by this thread and
 ``n_jobs - 1`` batch workers (an item runs the compiled stages without the GIL, so one
 worker packs its next item while another encodes). Without a segment cache there is nothing
-to look up per item: consecutive items are encoded as one engine call of all their segments
+to look up per item (nor for the items too short to use the cache): consecutive items are
+encoded as one engine call of all their segments
 (``encode_in_groups``, up to ``GROUP_CHARS`` of text each), which shares its parts over the
 threads, and the ids are cut back into items. Segments are encoded each on its own, so
 either way an item's ids are those of ``encode_segments``.
@@ -99,7 +100,18 @@ def encode_items(run: Callable, items: list[Segments], tiktoken_safe: bool, engi
     (a Tokenizer's path to its segment cache) when ``cached``, else ``encode_in_groups``."""
     if not cached:
         return encode_in_groups(engine, items, tiktoken_safe)
-    return encode_each(lambda item: run(item, tiktoken_safe, True).ids, items, engine.policy, engine.fuses)
+    limit = engine.policy.min_cached_call_chars  # shorter items skip the cache as calls: encoded in groups
+    short = [i for i, item in enumerate(items) if sum(len(text) for text, _ in item) < limit]
+    if not short:
+        return encode_each(lambda item: run(item, tiktoken_safe, True).ids, items, engine.policy, engine.fuses)
+    results: list = [None] * len(items)
+    for i, ids in zip(short, encode_in_groups(engine, [items[i] for i in short], tiktoken_safe)):
+        results[i] = ids
+    rest = [i for i in range(len(items)) if results[i] is None]
+    for i, ids in zip(rest, encode_each(lambda item: run(item, tiktoken_safe, True).ids, [items[i] for i in rest],
+                                        engine.policy, engine.fuses)):
+        results[i] = ids
+    return results
 
 
 def encode_in_groups(engine: Engine, items: list[Segments], tiktoken_safe: bool) -> list[np.ndarray]:

@@ -141,3 +141,18 @@ def test_without_a_cache_items_are_grouped_into_engine_calls_and_cut_back():
     for item, enc in zip(items, tok.encode_batch(items)):
         expected = plain.encode(item) if isinstance(item, str) else plain.encode_segments(item)
         assert np.array_equal(enc.into_numpy()["ids"], expected.into_numpy()["ids"])
+
+
+def test_with_a_cache_short_items_go_in_groups_and_long_ones_through_the_cache(ref):
+    """Items under ``min_cached_call_chars`` skip the segment cache as calls do (encoded together, in
+    groups over the threads); longer ones go through it; in item order, each with its own ids."""
+    tok = kimi_tok.kimi_k3(policy=Policy.from_env(n_jobs=2, segment_cache_bytes=(1 << 24) + 3))
+    tok.segment_cache.clear()
+    limit = tok.policy.min_cached_call_chars
+    items = [sample_prompt(2_000, seed=1), sample_text(limit + 500, seed=2), "<|open|> short", [],
+             sample_prompt(limit // 2, seed=3), [("x" * (limit + 10), False), ("<|sep|>", True)]]
+    got = tok.encode_batch(items, allow_special=True)
+    for item, enc in zip(items, got):
+        segments = [(item, True)] if isinstance(item, str) else item
+        assert enc.ids == ref.encode_segments(segments)
+    assert len(tok.segment_cache) == 3  # the long str (one segment) and the long list (two) only
