@@ -21,7 +21,6 @@ a pool thread must never be the one waiting.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,28 +30,17 @@ import numpy as np
 from ..pipeline.segments import validate_segments
 from .engine import Engine
 from .policy import Policy
+from .threads import GrowingPool
 
 Segments = list[tuple[str, bool]]
 GROUP_CHARS = 1 << 22  # text per engine call of a batch without a cache (its output is 4 bytes per byte)
 
-_workers: ThreadPoolExecutor | None = None
-_workers_pid = 0
-_workers_lock = threading.Lock()
+_workers = GrowingPool("kimi_tok_batch")
 
 
 def batch_workers(n_workers: int) -> ThreadPoolExecutor:
     """A process-wide pool of batch workers, grown on demand and kept warm between calls."""
-    global _workers, _workers_pid
-    with _workers_lock:
-        if _workers_pid != os.getpid():  # a forked child has none of its parent's threads
-            _workers = None
-        if _workers is None or _workers._max_workers < n_workers:
-            old = _workers
-            _workers = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="kimi_tok_batch")
-            _workers_pid = os.getpid()
-            if old is not None:
-                old.shutdown(wait=False)
-        return _workers
+    return _workers.get(n_workers)
 
 
 def validate_items(items: Sequence, allow_special: bool) -> list[Segments]:

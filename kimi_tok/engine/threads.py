@@ -23,24 +23,36 @@ from ..pipeline.segments import PackedSegments
 from .parts import SharedParts
 from .policy import Policy
 
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = 0
-_pool_lock = threading.Lock()
+class GrowingPool:
+    """A process-wide thread pool made on first use, replaced by a larger one when a call needs more
+    workers (the old one finishes its work) and made again in a forked child, which has none of its
+    parent's threads."""
+
+    def __init__(self, thread_name_prefix: str) -> None:
+        self.prefix = thread_name_prefix
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def get(self, n_workers: int) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pool = None
+            if self._pool is None or self._pool._max_workers < n_workers:
+                old = self._pool
+                self._pool = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix=self.prefix)
+                self._pid = os.getpid()
+                if old is not None:
+                    old.shutdown(wait=False)
+            return self._pool
+
+
+_pool = GrowingPool("kimi_tok")
 
 
 def thread_pool(n_workers: int) -> ThreadPoolExecutor:
-    """A process-wide pool, grown on demand and kept warm between calls."""
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool_pid != os.getpid():  # a forked child has none of its parent's threads
-            _pool = None
-        if _pool is None or _pool._max_workers < n_workers:
-            old = _pool
-            _pool = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="kimi_tok")
-            _pool_pid = os.getpid()
-            if old is not None:
-                old.shutdown(wait=False)
-        return _pool
+    """The engine's pool of at least ``n_workers`` threads, kept warm between calls."""
+    return _pool.get(n_workers)
 
 
 def split_spans(sub_start: np.ndarray, sub_end: np.ndarray, n_jobs: int, min_bytes_per_job: int,
