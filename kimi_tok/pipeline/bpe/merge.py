@@ -91,6 +91,13 @@ def merge_scan_piece(tables, buf, start, end, out, n_out, scratch):
         before = prev_part[index(at)]
         if before >= 0:
             keys[index(before)] = scan_key(merge_rank(tables, scratch, parts[index(before)], rank), before)
+    return emit_linked_parts(parts, next_part, n, out, n_out)
+
+
+@leaf
+def emit_linked_parts(parts, next_part, n, out, n_out):
+    """The parts left after a merge, from position 0 along ``next_part`` up to ``n``, into ``out`` from
+    ``n_out``; returns the new end."""
     i = 0
     while i < n:
         out[index(n_out)] = parts[index(i)]
@@ -275,12 +282,7 @@ def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
             ranks[index(before)] = merge_rank(tables, scratch, parts[index(before)], rank)
             if ranks[index(before)] != NO_MERGE:
                 size = _heap_push(heap, size, (np.int64(ranks[index(before)]) << RANK_SHIFT) | before)
-    i = 0
-    while i < count:
-        out[index(n_out)] = parts[index(i)]
-        n_out += 1
-        i = next_part[index(i)]
-    return n_out
+    return emit_linked_parts(parts, next_part, count, out, n_out)
 
 
 @leaf
