@@ -31,7 +31,7 @@ from ..native.hashing import EMPTY, find_span, hash_span
 from ..native.jit import kernel, leaf
 from ..pipeline import bpe
 from ..pipeline.assembly import ID_DTYPE, SubstringEncoder
-from ..pipeline.bpe.encode import encode_short_piece, encode_unknown_piece
+from ..pipeline.bpe.encode import encode_piece
 from ..pipeline.bpe.merge import new_merge_scratch
 from ..pipeline.bpe.piece_cache import SHORT_CACHE_ENTRIES, new_piece_cache
 from ..pipeline.bpe.tables import (COUNT_SHIFT, ENTRY_WORDS, ID_BITS, ID_MASK, IDS_PER_WORD, NO_MERGE,
@@ -163,14 +163,8 @@ def _merge_route(tables, buf, miss_start, miss_end, miss_route, route, first, la
         start = miss_start[m]
         end = miss_end[m]
         at = miss_at[m]
-        if end - start <= SHORT_PIECE_BYTES:
-            # merged earlier in this phase (a repeat within the call), or merged now and added
-            lo, hi = short_key(buf, start, end)
-            miss_count[m] = encode_short_piece(tables, cache, buf, start, end, lo, hi, short_hash(lo, hi), miss_ids,
-                                               at, scratch) - at
-        else:
-            miss_count[m] = encode_unknown_piece(tables, cache, buf, start, end, miss_ids, at, scratch,
-                                                 hash_span(buf, start, end)) - at
+        # merged earlier in this phase (a repeat within the call), or merged now and added
+        miss_count[m] = encode_piece(tables, cache, buf, start, end, miss_ids, at, scratch) - at
 
 
 @kernel

@@ -5,6 +5,11 @@ bytes and byte pairs in dense tables, pieces of up to ``SHORT_PIECE_BYTES`` by o
 piece cache's short table (a copy of the vocabulary's, with the short pieces merged before);
 longer pieces in the byte-span table (when a filter of the long tokens' hashes lets them), then
 the piece cache's general table. A miss is merged and cached.
+
+Everything a piece needs, its merge included, is compiled into the loop over the pieces
+(``encode_piece`` is inlined): a call between compiled functions passes each array as a struct
+of seven words, so a call that hands over the tables, the cache and the merge scratch cost more
+than a lookup (docs/performance.md, "BPE of fresh pieces").
 """
 
 from __future__ import annotations
@@ -12,14 +17,15 @@ from __future__ import annotations
 import numpy as np
 
 from ...native.hashing import EMPTY, find_span, hash_span
-from ...native.jit import index, kernel, leaf
-from .merge import merge_piece, new_merge_scratch
-from .piece_cache import IN_GENERAL_TABLE, _cache_find, _cache_store, add_short_piece
-from .tables import (NO_MERGE, SHORT_PIECE_BYTES, entry_count, entry_id, find_entry, maybe_long_token, short_hash,
-                     short_key)
+from ...native.jit import index, kernel, leaf, leaf_inline
+from .merge import merge_any_piece, new_merge_scratch
+from .piece_cache import (IN_GENERAL_TABLE, SHORT_ADDED, SHORT_BASE, SHORT_FULL_EIGHTHS, cache_find, cache_store,
+                          start_short_table_over)
+from .tables import (COUNT_SHIFT, ENTRY_WORDS, MAX_INLINE_IDS, NO_MERGE, SHORT_PIECE_BYTES, entry_count, entry_id, find_entry,
+                     maybe_long_token, put_entry, short_hash, short_key)
 
 
-@leaf
+@leaf_inline
 def emit_entry(table, entry, out, n_out):
     """Write the ids of a short entry at ``out[n_out:]``; returns the new ``n_out``."""
     n_ids = entry_count(table, entry)
@@ -28,37 +34,76 @@ def emit_entry(table, entry, out, n_out):
     return n_out + n_ids
 
 
-@leaf
-def encode_short_piece(tables, cache, buf, start, end, lo, hi, h, out, n_out, scratch):
-    """Ids of a short piece (key ``(lo, hi)``, hash ``h``) from the piece cache's short table (which holds
-    the vocabulary's tokens too, unless it is a route's), else merged and added there (or to the
-    general table when its ids do not fit an entry)."""
+@leaf_inline
+def _copy_cached_ids(cache, entry, out, n_out):
+    first = cache.ids_at[index(entry)]
+    n_ids = cache.ids_len[index(entry)]
+    for i in range(n_ids):
+        out[index(n_out + i)] = cache.ids[index(first + i)]
+    return n_out + n_ids
+
+
+@leaf_inline
+def encode_piece(tables, cache, buf, start, end, out, n_out, scratch):
+    """Ids of the piece ``buf[start:end]`` (three bytes or more) at ``out[n_out:]``; returns the new
+    ``n_out``. From the vocabulary or the piece cache, else merged and added to the cache (short
+    pieces with at most ``MAX_INLINE_IDS`` ids to its short table, the others to its general one)."""
+    length = end - start
     short_slots = cache.short_slots
-    entry, found = find_entry(short_slots, lo, hi, h)
-    if found:
-        if entry_count(short_slots, entry) != IN_GENERAL_TABLE:
-            return emit_entry(short_slots, entry, out, n_out)
-        return encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, hash_span(buf, start, end))
-    n_new = merge_piece(tables, buf, start, end, out, n_out, scratch)
-    if not add_short_piece(tables, cache, lo, hi, h, entry, out, n_out, n_new):
-        _, slot = _cache_find(cache, buf, start, end, hash_span(buf, start, end))
-        _cache_store(cache, slot, buf, start, end, out, n_out, n_new)
-    return n_new
-
-
-@leaf
-def encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, h):
-    """Ids of a long piece (hash ``h``: ``hash_span``) that is not a token: from the piece cache,
-    else merged and cached."""
-    entry, slot = _cache_find(cache, buf, start, end, h)
-    if entry != EMPTY:
-        first = cache.ids_at[index(entry)]
-        n_ids = cache.ids_len[index(entry)]
-        for i in range(n_ids):
-            out[index(n_out + i)] = cache.ids[index(first + i)]
-        return n_out + n_ids
-    n_new = merge_piece(tables, buf, start, end, out, n_out, scratch)
-    _cache_store(cache, slot, buf, start, end, out, n_out, n_new)
+    lo = np.uint64(0)
+    hi = np.uint64(0)
+    entry = np.int64(0)
+    h = np.uint64(0)
+    slot = np.int64(0)
+    if length <= SHORT_PIECE_BYTES:
+        # one probe answers tokens and the short pieces merged before
+        lo, hi = short_key(buf, start, end)
+        h = short_hash(lo, hi)
+        entry, found = find_entry(short_slots, lo, hi, h)
+        if found:
+            if entry_count(short_slots, entry) != IN_GENERAL_TABLE:
+                return emit_entry(short_slots, entry, out, n_out)
+            # its ids are in the general table, unless that table started over since
+            span_hash = hash_span(buf, start, end)
+            cached, slot = cache_find(cache, buf, start, end, span_hash)
+            if cached != EMPTY:
+                return _copy_cached_ids(cache, cached, out, n_out)
+            n_new = merge_any_piece(tables, buf, start, end, out, n_out, scratch)
+            cache_store(cache, slot, span_hash, buf, start, end, out, n_out, n_new)
+            return n_new
+        if cache.used[index(SHORT_BASE)] == 0:  # a table without the vocabulary's entries (a route's)
+            token_entry, is_token = find_entry(tables.short_slots, lo, hi, h)
+            if is_token:
+                return emit_entry(tables.short_slots, token_entry, out, n_out)
+        span_hash = np.uint64(0)
+    else:
+        span_hash = hash_span(buf, start, end)
+        if maybe_long_token(tables, span_hash):
+            rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
+                             span_hash)
+            if rank != EMPTY:
+                out[index(n_out)] = rank
+                return n_out + 1
+        cached, slot = cache_find(cache, buf, start, end, span_hash)
+        if cached != EMPTY:
+            return _copy_cached_ids(cache, cached, out, n_out)
+    n_new = merge_any_piece(tables, buf, start, end, out, n_out, scratch)
+    n_ids = n_new - n_out
+    if length <= SHORT_PIECE_BYTES:
+        used = cache.used
+        if (used[index(SHORT_BASE)] + used[index(SHORT_ADDED)]) * 8 >= (short_slots.shape[0] // ENTRY_WORDS
+                                                                        * SHORT_FULL_EIGHTHS):
+            start_short_table_over(tables, cache)  # no resizing during a call: memory stays bounded
+            entry, _ = find_entry(short_slots, lo, hi, h)
+        used[index(SHORT_ADDED)] += 1
+        if n_ids <= MAX_INLINE_IDS:
+            put_entry(short_slots, entry, lo, hi, out, n_out, n_ids)
+            return n_new
+        put_entry(short_slots, entry, lo, hi, out, n_out, 0)  # a marker: the ids are in the general table
+        short_slots[index(entry * ENTRY_WORDS + 2)] = np.uint64(IN_GENERAL_TABLE) << np.uint64(COUNT_SHIFT)
+        span_hash = hash_span(buf, start, end)
+        _, slot = cache_find(cache, buf, start, end, span_hash)
+    cache_store(cache, slot, span_hash, buf, start, end, out, n_out, n_new)
     return n_new
 
 
@@ -90,27 +135,16 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
                     out[index(n_out)] = byte_rank[index(buf[index(start)])]
                     out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
                     n_out += 2
-            elif length <= SHORT_PIECE_BYTES:
-                # one probe answers tokens and the short pieces merged before
-                lo, hi = short_key(buf, start, end)
-                h = short_hash(lo, hi)
-                entry, found = find_entry(short_slots, lo, hi, h)
-                if found and entry_count(short_slots, entry) == 1:
-                    out[index(n_out)] = entry_id(short_slots, entry, 0)
-                    n_out += 1
-                else:
-                    n_out = encode_short_piece(tables, cache, buf, start, end, lo, hi, h, out, n_out, scratch)
             else:
-                h = hash_span(buf, start, end)
-                rank = EMPTY
-                if maybe_long_token(tables, h):
-                    rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
-                                     h)
-                if rank != EMPTY:
-                    out[index(n_out)] = rank
-                    n_out += 1
-                else:
-                    n_out = encode_unknown_piece(tables, cache, buf, start, end, out, n_out, scratch, h)
+                if length <= SHORT_PIECE_BYTES:  # most pieces are tokens: their probe first, without a branch more
+                    lo, hi = short_key(buf, start, end)
+                    entry, found = find_entry(short_slots, lo, hi, short_hash(lo, hi))
+                    if found and entry_count(short_slots, entry) == 1:
+                        out[index(n_out)] = entry_id(short_slots, entry, 0)
+                        n_out += 1
+                        start = end
+                        continue
+                n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch)
             start = end
         run_out_end[index(r)] = n_out
     return n_out

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...native.jit import index, kernel, leaf
+from ...native.jit import index, kernel, leaf, leaf_inline
 from ...native.utf8 import sequence_length, well_formed_code_point_at
 from .char_starts import CHAR_START_CODE_POINTS, start_count, start_first_length, start_id
 from .tables import FIBONACCI, ID_BITS, NO_MERGE, pair_rank
@@ -46,7 +46,7 @@ def scan_key(rank, position):
     return np.int32((np.int64(rank) << POSITION_BITS) | position)
 
 
-@leaf
+@leaf_inline
 def merge_scan_piece(tables, buf, start, end, out, n_out, scratch):
     """Merge ``buf[start:end]`` (at most ``SCAN_MERGE_BYTES``); writes its ids at ``out[n_out:]`` and
     returns the new ``n_out``. ``keys[i]`` packs the rank of merging the part at position ``i``
@@ -384,9 +384,11 @@ def merge_repetitive_piece(tables, buf, start, end, out, n_out, scratch):
     return n_out
 
 
-@leaf
-def merge_piece(tables, buf, start, end, out, n_out, scratch):
-    """Merge a piece that is not a token; writes its ids at ``out[n_out:]``."""
+@leaf_inline
+def merge_any_piece(tables, buf, start, end, out, n_out, scratch):
+    """Merge a piece that is not a token; writes its ids at ``out[n_out:]`` and returns the new
+    ``n_out``. Inlined where pieces are encoded (a short piece's merge is cheaper than a call that
+    passes the tables and the scratch); long pieces take calls of their own."""
     if end - start <= SCAN_MERGE_BYTES:
         return merge_scan_piece(tables, buf, start, end, out, n_out, scratch)
     if end - start >= REPETITIVE_MIN_PIECE_BYTES:
@@ -394,6 +396,12 @@ def merge_piece(tables, buf, start, end, out, n_out, scratch):
         if n_new >= 0:
             return n_new
     return merge_long_piece(tables, buf, start, end, out, n_out, scratch)
+
+
+@leaf
+def merge_piece(tables, buf, start, end, out, n_out, scratch):
+    """``merge_any_piece`` as a call of its own (for merging single pieces from Python)."""
+    return merge_any_piece(tables, buf, start, end, out, n_out, scratch)
 
 
 def new_pair_memo() -> np.ndarray:

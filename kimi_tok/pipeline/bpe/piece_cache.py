@@ -16,9 +16,9 @@ import numpy as np
 
 from ...native.hashing import EMPTY, hash_span, spans_equal
 from ...native.hugepages import zeros_in_huge_pages
-from ...native.jit import index, kernel, leaf
+from ...native.jit import index, kernel, leaf, leaf_inline
 from .merge import MEMO_BITS
-from .tables import COUNT_SHIFT, ENTRY_WORDS, MAX_INLINE_IDS, find_entry, put_entry, short_hash
+from .tables import ENTRY_WORDS, find_entry, short_hash
 
 
 class PieceCache(NamedTuple):
@@ -220,9 +220,9 @@ def _move_general_entries(old, new):
     return 0
 
 
-@leaf
-def _cache_find(cache, buf, start, end, h):
-    """``(entry or EMPTY, slot)`` for the piece ``buf[start:end]`` with hash ``h``."""
+@leaf_inline
+def cache_find(cache, buf, start, end, h):
+    """``(entry or EMPTY, slot)`` for the piece ``buf[start:end]`` with hash ``h`` in the general table."""
     mask = cache.slots.shape[0] - 1
     length = end - start
     slot = np.int64(h & np.uint64(mask))
@@ -236,40 +236,47 @@ def _cache_find(cache, buf, start, end, h):
         slot = (slot + 1) & mask
 
 
-@leaf
-def _cache_store(cache, slot, buf, start, end, ids, ids_start, ids_end):
-    """Remember ``ids[ids_start:ids_end]`` for the piece ``buf[start:end]`` at a free ``slot``."""
+@leaf_inline
+def cache_store(cache, slot, h, buf, start, end, ids, ids_start, ids_end):
+    """Remember ``ids[ids_start:ids_end]`` for the piece ``buf[start:end]`` (hash ``h``) at a free
+    ``slot`` of the general table; a full table starts over."""
     used = cache.used
     length = end - start
     n_ids = ids_end - ids_start
     if length > cache.key_bytes.shape[0] or n_ids > cache.ids.shape[0]:
         return
-    if (used[ENTRIES] == cache.key_at.shape[0] or used[KEY_BYTES_USED] + length > cache.key_bytes.shape[0]
-            or used[IDS_USED] + n_ids > cache.ids.shape[0]):
-        for k in range(cache.slots.shape[0]):  # full: start over
-            cache.slots[index(k)] = EMPTY
-        used[ENTRIES] = 0
-        used[KEY_BYTES_USED] = 0
-        used[IDS_USED] = 0
-        mask = cache.slots.shape[0] - 1
-        slot = np.int64(hash_span(buf, start, end) & np.uint64(mask))
-    entry = used[ENTRIES]
+    if (used[index(ENTRIES)] == cache.key_at.shape[0] or used[index(KEY_BYTES_USED)] + length > cache.key_bytes.shape[0]
+            or used[index(IDS_USED)] + n_ids > cache.ids.shape[0]):
+        _start_general_table_over(cache)
+        slot = np.int64(h & np.uint64(cache.slots.shape[0] - 1))
+    entry = used[index(ENTRIES)]
     cache.slots[index(slot)] = entry
-    cache.key_at[index(entry)] = used[KEY_BYTES_USED]
+    key_at = used[index(KEY_BYTES_USED)]
+    ids_at = used[index(IDS_USED)]
+    cache.key_at[index(entry)] = key_at
     cache.key_len[index(entry)] = length
     for k in range(length):
-        cache.key_bytes[index(used[KEY_BYTES_USED] + k)] = buf[index(start + k)]
-    cache.ids_at[index(entry)] = used[IDS_USED]
+        cache.key_bytes[index(key_at + k)] = buf[index(start + k)]
+    cache.ids_at[index(entry)] = ids_at
     cache.ids_len[index(entry)] = n_ids
     for k in range(n_ids):
-        cache.ids[index(used[IDS_USED] + k)] = ids[index(ids_start + k)]
-    used[ENTRIES] += 1
-    used[KEY_BYTES_USED] += length
-    used[IDS_USED] += n_ids
+        cache.ids[index(ids_at + k)] = ids[index(ids_start + k)]
+    used[index(ENTRIES)] = entry + 1
+    used[index(KEY_BYTES_USED)] = key_at + length
+    used[index(IDS_USED)] = ids_at + n_ids
 
 
 @leaf
-def _start_short_table_over(tables, cache):
+def _start_general_table_over(cache):
+    for k in range(cache.slots.shape[0]):
+        cache.slots[index(k)] = EMPTY
+    cache.used[index(ENTRIES)] = 0
+    cache.used[index(KEY_BYTES_USED)] = 0
+    cache.used[index(IDS_USED)] = 0
+
+
+@leaf
+def start_short_table_over(tables, cache):
     """Empty the short table of its merged pieces: the vocabulary's entries only (or none, for a table
     that did not start from them)."""
     table = cache.short_slots
@@ -287,24 +294,3 @@ def _start_short_table_over(tables, cache):
                     table[index(free * ENTRY_WORDS + k)] = vocabulary[index(at + k)]
     cache.used[SHORT_ADDED] = 0
     cache.used[SHORT_RESETS] += 1
-
-
-@leaf
-def add_short_piece(tables, cache, lo, hi, h, entry, out, ids_start, ids_end):
-    """Add a merged short piece (key ``(lo, hi)``, hash ``h``, free ``entry``) to this thread's short
-    table; returns whether its ids fit the entry (else the entry only says ``IN_GENERAL_TABLE``
-    and the caller stores the ids there). Past 3/4 full the table starts over (no resizing during
-    a call, so memory stays bounded)."""
-    n_ids = ids_end - ids_start
-    table = cache.short_slots
-    n_entries = table.shape[0] // ENTRY_WORDS
-    if (cache.used[SHORT_BASE] + cache.used[SHORT_ADDED]) * 8 >= n_entries * SHORT_FULL_EIGHTHS:
-        _start_short_table_over(tables, cache)
-        entry, _ = find_entry(table, lo, hi, h)
-    cache.used[SHORT_ADDED] += 1
-    if n_ids > MAX_INLINE_IDS:  # a marker: its ids are in the general table
-        put_entry(table, entry, lo, hi, out, ids_start, 0)
-        table[index(entry * ENTRY_WORDS + 2)] = np.uint64(IN_GENERAL_TABLE) << np.uint64(COUNT_SHIFT)
-        return False
-    put_entry(table, entry, lo, hi, out, ids_start, n_ids)
-    return True
