@@ -20,7 +20,8 @@ from ...native.utf8 import sequence_length, well_formed_code_point_at
 from .char_starts import CHAR_START_CODE_POINTS, start_count, start_first_length, start_id
 from .tables import FIBONACCI, ID_BITS, NO_MERGE, pair_rank
 
-SCAN_MERGE_BYTES = 128  # pieces up to this size merge by a scan over their byte positions
+SMALL_MERGE_BYTES = 32  # pieces up to this size merge over packed arrays of parts and ranks
+SCAN_MERGE_BYTES = 128  # longer ones up to this size merge by a scan over their byte positions
 POSITION_BITS = 7  # a scan key: rank << POSITION_BITS | position (ranks below 2**24 fit an int32)
 POSITION_MASK = (1 << POSITION_BITS) - 1
 NO_KEY = np.int32(0x7FFFFFFF)  # the key of a position with no pair to merge (merged away, last)
@@ -92,6 +93,77 @@ def merge_scan_piece(tables, buf, start, end, out, n_out, scratch):
         if before >= 0:
             keys[index(before)] = scan_key(merge_rank(tables, scratch, parts[index(before)], rank), before)
     return emit_linked_parts(parts, next_part, n, out, n_out)
+
+
+@leaf_inline
+def merge_small_piece(tables, buf, start, end, out, n_out, scratch):
+    """Merge ``buf[start:end]`` (at most ``SMALL_MERGE_BYTES``); writes its ids at ``out[n_out:]`` and
+    returns the new ``n_out``. ``parts[k]`` is the k-th part and ``ranks[k]`` the rank of merging it
+    with part ``k + 1``, kept packed: a merge shifts the parts after it down by one. Each step is
+    a scan for the leftmost lowest rank and two look-ups, with nothing to follow but the arrays."""
+    parts = scratch.parts
+    ranks = scratch.ranks
+    byte_rank = tables.byte_rank
+    byte_pair_rank = tables.byte_pair_rank
+    m = 0
+    last_byte = -1  # the previous part when it is a single byte (the byte-pair table ranks the pair), else -1
+    i = start
+    while i < end:
+        lead = np.int64(buf[index(i)])
+        count = 0
+        value = np.uint64(0)
+        width = 1
+        if lead >= UTF8_MULTI_BYTE_LEAD:
+            width = sequence_length(lead)
+            if i + width <= end:
+                cp = well_formed_code_point_at(buf, i, width)  # bytes need not be UTF-8 (encode_bytes)
+                if 0 <= cp < CHAR_START_CODE_POINTS:
+                    value = tables.char_starts[index(cp)]
+                    count = start_count(value)
+            else:
+                width = 1
+        if count == 0:  # the character's bytes, each a part
+            for k in range(width):
+                byte = np.int64(buf[index(i + k)])
+                parts[index(m)] = byte_rank[index(byte)]
+                if m > 0:
+                    if last_byte >= 0:
+                        ranks[index(m - 1)] = byte_pair_rank[index(last_byte * 256 + byte)]
+                    else:
+                        ranks[index(m - 1)] = merge_rank(tables, scratch, parts[index(m - 1)], parts[index(m)])
+                last_byte = byte
+                m += 1
+            i += width
+            continue
+        for k in range(count):  # the character's own ids (char_starts)
+            parts[index(m)] = start_id(value, k)
+            if m > 0:
+                ranks[index(m - 1)] = merge_rank(tables, scratch, parts[index(m - 1)], parts[index(m)])
+            m += 1
+        last_byte = -1
+        i += width
+    while m > 1:
+        best = ranks[0]
+        at = 0
+        for k in range(1, m - 1):
+            if ranks[index(k)] < best:
+                best = ranks[index(k)]
+                at = k
+        if best == NO_MERGE:
+            break
+        parts[index(at)] = best
+        for k in range(at + 1, m - 1):
+            parts[index(k)] = parts[index(k + 1)]
+        for k in range(at + 1, m - 2):
+            ranks[index(k)] = ranks[index(k + 1)]
+        m -= 1
+        if at + 1 < m:
+            ranks[index(at)] = merge_rank(tables, scratch, best, parts[index(at + 1)])
+        if at > 0:
+            ranks[index(at - 1)] = merge_rank(tables, scratch, parts[index(at - 1)], best)
+    for k in range(m):
+        out[index(n_out + k)] = parts[index(k)]
+    return n_out + m
 
 
 @leaf
@@ -389,6 +461,8 @@ def merge_any_piece(tables, buf, start, end, out, n_out, scratch):
     """Merge a piece that is not a token; writes its ids at ``out[n_out:]`` and returns the new
     ``n_out``. Inlined where pieces are encoded (a short piece's merge is cheaper than a call that
     passes the tables and the scratch); long pieces take calls of their own."""
+    if end - start <= SMALL_MERGE_BYTES:
+        return merge_small_piece(tables, buf, start, end, out, n_out, scratch)
     if end - start <= SCAN_MERGE_BYTES:
         return merge_scan_piece(tables, buf, start, end, out, n_out, scratch)
     if end - start >= REPETITIVE_MIN_PIECE_BYTES:
