@@ -15,18 +15,22 @@ __all__ = ["Encoding", "Policy", "Tokenizer", "kimi_k3", "load", "from_tiktoken"
 __version__ = "0.1.0"
 
 
-def warmup(processes: bool = True) -> dict:
+def warmup(processes: bool = True, jobs: int | None = None) -> dict:
     """Compile every kernel kimi_tok can use into numba's cache (or check that they are there):
     for container images and CI, so that no process compiles later (docs/performance.md, "First
-    use and load time"). ``processes``: also the worker processes' kernels (starts two).
+    use"). ``jobs``: processes compiling at once (default: the cores, at most 4); ``processes``:
+    also the worker-process backend's kernels.
 
     >>> kimi_tok.warmup()["compiled"]  # doctest: +SKIP
     0
     """
-    from .reuse.warmup import warm_up_everything
+    from .reuse.warmup import warm_up_all
 
-    def tokenizers():  # the two kinds of pre-tokenizer: the Kimi scanner, PCRE2 for other patterns
-        yield kimi_k3()
-        yield Tokenizer(*embedded_kimi_k3(), r"\S+|\s+", name="warm-up (PCRE2)")
+    return warm_up_all(_warm_up_tokenizers, processes=processes, jobs=jobs)
 
-    return warm_up_everything(tokenizers, processes=processes)
+
+def _warm_up_tokenizers():  # both pre-tokenizers (the Kimi scanner, PCRE2) and both kinds of agent-loop helper
+    yield kimi_k3()
+    yield Tokenizer(*embedded_kimi_k3(), r"\S+|\s+", name="warm-up (PCRE2)")
+    if Policy().parked_helpers:
+        yield kimi_k3(policy=Policy.from_env(parked_helpers=False))

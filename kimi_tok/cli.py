@@ -327,10 +327,24 @@ def find_checkout() -> Path | None:
 
 def cmd_warmup(args) -> int:
     """Compile every kernel into numba's cache (or check that they are there), then say what it did."""
-    from . import warmup
+    from . import _warm_up_tokenizers, warmup
+    from .reuse.warmup import warm_up_all
 
-    done = warmup(processes=not args.no_processes)
+    if args.part:  # one share, in a process that ``warmup --jobs`` started
+        try:
+            index, count = (int(x) for x in args.part.split("/"))
+            if not 0 <= index < count:
+                raise ValueError
+        except ValueError:
+            print(f"kimi-tok warmup: --part {args.part!r}: expected K/N with 0 <= K < N", file=sys.stderr)
+            return EXIT_USAGE
+        done = warm_up_all(_warm_up_tokenizers, processes=not args.no_processes, part=(index, count))
+        print(json.dumps(done))  # read by the process that started this one
+        return EXIT_OK
+    done = warmup(processes=not args.no_processes, jobs=args.jobs)
     what = f"compiled {done['compiled']} kernels" if done["compiled"] else "every kernel was already cached"
+    if done["processes"] > 1:
+        what += f" in {done['processes']} processes"
     print(f"kimi-tok warmup: {what} ({done['kernels']} in all) in {done['seconds']:.1f} s; cached in {done['cache']}")
     return EXIT_OK
 
@@ -443,6 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "where the cache is written: the package's __pycache__ folders, or "
                                    "NUMBA_CACHE_DIR when set; see docs/performance.md.")
     p.add_argument("--no-processes", action="store_true", help="skip the worker-process backend's kernels")
+    p.add_argument("--jobs", type=_positive_int, default=None,
+                   help="processes compiling at once (default: the cores, at most 4)")
+    p.add_argument("--part", default=None, help=argparse.SUPPRESS)  # K/N: one share, for the processes of --jobs
     p.set_defaults(func=cmd_warmup)
 
     sub.add_parser("bench", add_help=False, help="run the headline benchmark (needs the source checkout); "

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+import warnings
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -19,13 +21,15 @@ import numpy as np
 from .encoding import Encoding
 from .engine import Engine, Policy
 from .engine.batch import encode_items, validate_items
+from .engine.interpreted import InterpretedEngine
+from .native import jit
 from .native.hugepages import in_huge_pages
 from .pipeline.bpe import BpeTables, cached_bpe_tables
 from .pipeline.decode import Decoder, DecodeStream
 from .pipeline.offsets import token_spans
 from .pipeline.segments import validate_segments
 from .reuse import SegmentReuse
-from .reuse.warmup import warm_up
+from .reuse.warmup import KernelBuild, build_kernels_first, kernels_cached, starts_cold, warm_up
 from .vocab import KIMI_PATTERN, Vocabulary, check_special_tokens
 
 Segments = Sequence[tuple[str, bool]]
@@ -68,15 +72,76 @@ class Tokenizer:
         self.pattern = pattern
         self.vocabulary = vocabulary
         self._special_tokens = check_special_tokens(special_tokens, vocabulary.token_offsets.shape[0] - 1)
-        tables = cached_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets, policy.cache_dir)
-        tables = BpeTables(*in_huge_pages(tables))  # probed at random: see native/hugepages.py
-        self._engine = Engine(tables, self._special_tokens, pattern, policy)
-        self._reuse = SegmentReuse(self._engine, policy) if policy.segment_cache_bytes else None
-        self._decoder = Decoder(vocabulary, self._special_tokens, tables)
-        warm_up(self._engine, self._reuse, self._decoder)  # no later call compiles: reuse/warmup.py
+        self._decoder = Decoder(vocabulary, self._special_tokens, None)
         self.n_vocab: int = self._decoder.n_vocab
         self.chat_template: str | dict[str, str] | None = None  # a model directory's (``loaders.load``)
         self._origin: tuple | None = None  # (rebuild, args): how ``loaders`` made it, for pickling
+        self._parts: tuple[Engine, SegmentReuse | None] | None = None  # the compiled path, once made
+        self._interpreted: InterpretedEngine | None = None  # answers calls until then (a cold start)
+        self._made = threading.Event()
+        self._failed: BaseException | None = None
+        kind = (policy, pattern == KIMI_PATTERN, bool(policy.segment_cache_bytes))
+        if starts_cold(*kind):  # kernels not compiled yet: processes compile them, calls go on meanwhile
+            self._interpreted = InterpretedEngine(self.mergeable_ranks(), self._special_tokens, pattern)
+            jit.announce_compile(policy.compile_jobs, background=True)
+            build = KernelBuild.started(policy.compile_jobs)
+            threading.Thread(target=self._make_parts, args=(build, kind), name="kimi_tok-cold-start",
+                             daemon=True).start()
+        else:
+            build_kernels_first(*kind)
+            self._make_parts()
+
+    def _make_parts(self, build: KernelBuild | None = None, kind: tuple = ()) -> None:
+        """The compiled path: tables, engine, reuse layer, kernels loaded (``warm_up``). After a
+        ``build`` it loads what the worker processes compiled (or, if they failed, compiles here)."""
+        try:
+            if build is not None and not build.wait_until(lambda: kernels_cached(*kind)) and build.failed():
+                warnings.warn(f"kimi_tok: the processes compiling kernels failed ({build.failure()}); "
+                              f"compiling in this process instead", RuntimeWarning, stacklevel=1)
+            policy = self.policy
+            tables = cached_bpe_tables(self.vocabulary.token_bytes, self.vocabulary.token_offsets, policy.cache_dir)
+            tables = BpeTables(*in_huge_pages(tables))  # probed at random: see native/hugepages.py
+            engine = Engine(tables, self._special_tokens, self.pattern, policy)
+            reuse = SegmentReuse(engine, policy) if policy.segment_cache_bytes else None
+            self._decoder.tables = tables
+            warm_up(engine, reuse, self._decoder)  # no later call compiles: reuse/warmup.py
+            self._parts = (engine, reuse)
+            self._interpreted = None
+        except BaseException as e:  # kept for the calls that need the compiled path
+            self._failed = e
+            if build is None:
+                raise
+        finally:
+            self._made.set()
+
+    def _compiled(self) -> tuple[Engine, SegmentReuse | None]:
+        """``(engine, reuse)``, waiting for them while a cold start compiles."""
+        parts = self._parts
+        if parts is None:
+            self._made.wait()
+            if self._parts is None:
+                raise RuntimeError("kimi_tok: the compiled path could not be made") from self._failed
+            parts = self._parts
+        return parts
+
+    @property
+    def _engine(self) -> Engine:
+        return self._compiled()[0]
+
+    @property
+    def _reuse(self) -> SegmentReuse | None:
+        return self._compiled()[1]
+
+    @property
+    def compiled(self) -> bool:
+        """Whether calls run on the compiled kernels (False during a cold start's first seconds, while
+        worker processes compile them; the ids are the same)."""
+        return self._parts is not None
+
+    def wait_until_compiled(self, timeout: float | None = None) -> bool:
+        """Wait for the compiled kernels of a cold start (at most ``timeout`` seconds); returns ``compiled``."""
+        self._made.wait(timeout)
+        return self.compiled
 
     # -- settings ---------------------------------------------------------------
 
@@ -132,7 +197,7 @@ class Tokenizer:
         _check_flag("return_offsets", return_offsets)
         ids = self._run(segments, bool(tiktoken_safe), want_ids=True).ids
         spans = token_spans(self._decoder.offset_tables, ids, validate_segments(segments), bool(tiktoken_safe),
-                            self._engine.flags) if return_offsets else None
+                            self._engine.flags) if return_offsets else None  # compiled: waits for a cold start
         return Encoding(ids, self._decoder.is_special.__getitem__, spans)
 
     def encode_batch(self, items: Sequence[str | Segments], *, allow_special: bool = False,
@@ -140,8 +205,12 @@ class Tokenizer:
         """``encode_segments`` of each item (a ``str``: one segment with ``allow_special``) on ``n_jobs``
         threads; a bad item raises before any is encoded. ``tok.encode_batch(["hi"])[0].ids == [9663]``."""
         _check_flag("tiktoken_safe", tiktoken_safe)
-        ids = encode_items(self._run, validate_items(items, allow_special), bool(tiktoken_safe), self._engine,
-                           self._reuse is not None)
+        items = validate_items(items, allow_special)
+        if self._parts is None and self._interpreted is not None:  # kernels still compiling
+            ids = [self._run(item, bool(tiktoken_safe), True).ids for item in items]
+        else:
+            engine, reuse = self._compiled()
+            ids = encode_items(self._run, items, bool(tiktoken_safe), engine, reuse is not None)
         return [Encoding(array, self._decoder.is_special.__getitem__) for array in ids]
 
     def encode_to_numpy(self, segments: Segments, tiktoken_safe: bool = True) -> np.ndarray:
@@ -181,13 +250,18 @@ class Tokenizer:
         return self._engine.profile(segments, bool(tiktoken_safe), n_jobs or self.policy.n_jobs)
 
     def _run(self, segments: Segments, tiktoken_safe: bool, want_ids: bool):
-        runner = self._reuse if self._reuse is not None else self._engine
-        return runner.encode(segments, tiktoken_safe, want_ids)
+        parts, interpreted = self._parts, self._interpreted
+        if parts is None and interpreted is not None:  # kernels still compiling: the interpreted engine
+            return interpreted.encode(segments, tiktoken_safe, want_ids)
+        engine, reuse = parts or self._compiled()
+        return (reuse if reuse is not None else engine).encode(segments, tiktoken_safe, want_ids)
 
     # -- decoding and vocabulary ---------------------------------------------------
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The bytes of ``ids`` concatenated; ``ValueError`` for an id outside the vocabulary."""
+        if self._parts is None and self._interpreted is not None:  # kernels still compiling
+            return self._decoder.decode_bytes_interpreted(ids)
         return self._decoder.decode_bytes(ids)
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
@@ -209,6 +283,7 @@ class Tokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         """Id of a special token's text, or of a token in the byte-level form ``id_to_token`` gives."""
+        self._compiled()  # the look-up is compiled: waits for a cold start
         return self._decoder.token_to_id(token)
 
     def id_to_token(self, id: int) -> str | None:
@@ -235,7 +310,7 @@ class Tokenizer:
         return {data[offsets[r]:offsets[r + 1]]: r for r in range(len(offsets) - 1)}
 
     def __repr__(self) -> str:
-        kind = type(self._engine.stages.pretokenizer).__name__
+        kind = "KimiScanner" if self.pattern == KIMI_PATTERN else "RegexPreTokenizer"
         return (f"Tokenizer(name={self.name!r}, n_vocab={self.n_vocab}, specials={len(self._special_tokens)}, "
                 f"pretokenizer={kind})")
 

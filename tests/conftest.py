@@ -53,6 +53,14 @@ def pytest_sessionstart(session):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")  # registered by now
     if reporter is not None:
         session.config.pluginmanager.register(FileProgress(reporter), "kimi_tok_file_progress")
+    # Every kernel compiled (in processes at once) or found cached before the first test: each Tokenizer a
+    # test makes then runs compiled from its first call. Cold starts are tested on their own, in processes
+    # with an empty numba cache (tests/native/test_cold_start.py).
+    started = time.perf_counter()
+    done = kimi_tok.warmup()
+    if reporter is not None:
+        what = f"compiled {done['compiled']} kernels here" if done["compiled"] else "every kernel was cached"
+        reporter.write_line(f"kimi_tok.warmup(): {what}, {time.perf_counter() - started:.1f} s")
 
 
 class FileProgress:

@@ -24,7 +24,10 @@ N_JOBS_ENV = "KIMI_TOK_N_JOBS"
 BACKEND_ENV = "KIMI_TOK_BACKEND"
 PARKED_HELPERS_ENV = "KIMI_TOK_PARKED_HELPERS"
 CACHE_DIR_ENV = "KIMI_TOK_CACHE_DIR"
+COLD_START_ENV = "KIMI_TOK_COLD_START"
 BACKENDS = ("threads", "processes")
+COLD_STARTS = ("background", "wait")
+MAX_COMPILE_JOBS = 4
 MAX_DEFAULT_JOBS = 8
 DEFAULT_SEGMENT_CACHE_BYTES = 256 << 20
 
@@ -64,8 +67,10 @@ class Policy:
     ``"processes"``; ``hash_routing``: route unknown pieces by hash over the threads so each
     distinct one is merged once per call; ``segment_cache_bytes``: budget of the exact segment
     cache (0: off); ``parked_helpers``: agent-loop helpers wait on a futex in compiled code
-    (Linux), else in an executor; ``helpers``: how many calls at once get a helper. The rest are
-    the thresholds of the fan-outs and of encoding ahead.
+    (Linux), else in an executor; ``helpers``: how many calls at once get a helper;
+    ``cold_start`` and ``compile_jobs``: what a Tokenizer does where the kernels are not compiled
+    yet, and how many processes compile them. The rest are the thresholds of the fan-outs and of
+    encoding ahead.
     """
 
     n_jobs: int = field(default_factory=lambda: max(1, min(MAX_DEFAULT_JOBS, usable_cores())))
@@ -76,6 +81,10 @@ class Policy:
     parked_helpers: bool = HAS_FUTEX
     helpers: int = field(default_factory=lambda: max(1, usable_cores() // 2))
     cache_dir: Path = field(default_factory=_default_cache_dir)  # the BPE tables built per vocabulary
+    # where kimi_tok's kernels are not compiled yet (the first use after an install): "background" answers
+    # calls on the interpreted engine while worker processes compile them, "wait" waits for those processes
+    cold_start: str = "background"
+    compile_jobs: int = field(default_factory=lambda: max(1, min(MAX_COMPILE_JOBS, usable_cores() - 1)))
     # fan-outs of one call over threads
     min_bytes_per_shared_job: int = 1 << 16  # shared parts (the Kimi scanner): fans out from this per job
     fan_out_part_bytes: int = 1 << 16  # a part holds at least this much text ...
@@ -97,7 +106,7 @@ class Policy:
     output_headroom: float = 1.25  # a reused output's block is this much longer than the output
 
     def __post_init__(self) -> None:
-        for name in ("n_jobs", "helpers", "min_bytes_per_shared_job", "fan_out_part_bytes", "shrink_per_job",
+        for name in ("n_jobs", "helpers", "compile_jobs", "min_bytes_per_shared_job", "fan_out_part_bytes", "shrink_per_job",
                      "min_bytes_per_job", "groups_per_job", "min_bytes_per_process_job", "unit_bytes",
                      "merge_slice_bytes", "min_ahead_plan_chars", "min_ahead_chars", "min_shared_bytes",
                      "shared_part_bytes", "shared_part_shrink", "min_reused_ids"):
@@ -106,6 +115,8 @@ class Policy:
                 raise ValueError(f"{name} must be a positive int, not {value!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r}: expected one of {', '.join(map(repr, BACKENDS))}")
+        if self.cold_start not in COLD_STARTS:
+            raise ValueError(f"cold_start={self.cold_start!r}: expected one of {', '.join(map(repr, COLD_STARTS))}")
         for name in ("hash_routing", "parked_helpers"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, not {type(getattr(self, name)).__name__}")
@@ -123,8 +134,8 @@ class Policy:
     def from_env(cls, n_jobs: int | None = None, segment_cache_bytes: int | None = DEFAULT_SEGMENT_CACHE_BYTES,
                  backend: str | None = None, hash_routing: bool = False, **settings) -> "Policy":
         """A policy from these arguments, else ``KIMI_TOK_N_JOBS``, ``KIMI_TOK_BACKEND``,
-        ``KIMI_TOK_PARKED_HELPERS`` (``0``: executor helpers) and ``KIMI_TOK_CACHE_DIR``, else
-        the defaults. ``segment_cache_bytes=None`` is 0 (no cache)."""
+        ``KIMI_TOK_PARKED_HELPERS`` (``0``: executor helpers), ``KIMI_TOK_COLD_START`` and
+        ``KIMI_TOK_CACHE_DIR``, else the defaults. ``segment_cache_bytes=None`` is 0 (no cache)."""
         if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1):
             raise ValueError(f"n_jobs must be a positive int or None, not {n_jobs!r}")
         if n_jobs is None:
@@ -138,6 +149,11 @@ class Policy:
             backend = env_backend or "threads"
         if "parked_helpers" not in settings and os.environ.get(PARKED_HELPERS_ENV, "1") == "0":
             settings["parked_helpers"] = False
+        if "cold_start" not in settings and os.environ.get(COLD_START_ENV):
+            settings["cold_start"] = os.environ[COLD_START_ENV]
+            if settings["cold_start"] not in COLD_STARTS:
+                raise ValueError(f"{COLD_START_ENV}={settings['cold_start']!r}: expected one of "
+                                 f"{', '.join(map(repr, COLD_STARTS))}")
         if segment_cache_bytes is None:
             segment_cache_bytes = 0
         return cls(backend=backend, hash_routing=hash_routing, segment_cache_bytes=segment_cache_bytes, **settings)

@@ -51,6 +51,7 @@ _warned = False
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 STAMP_NAME = "kimi_tok-kernels.stamp"  # in the package's top __pycache__ (and in NUMBA_CACHE_DIR)
+READY_NAME = "kimi_tok-kernels.ready"  # beside the stamp: the warm-up paths whose kernels are all cached
 WORKER_ENV = "KIMI_TOK_COMPILE_WORKER"  # set in warm-up worker processes: their parent prints the notice
 COLD_COMPILE_SECONDS = 60  # every path of a default Tokenizer on one core from an empty cache (docs/performance.md)
 
@@ -131,6 +132,53 @@ def _stamp_file(package_dir: Path) -> Path:
     return package_dir / "__pycache__" / STAMP_NAME
 
 
+def _ready_file(package_dir: Path = PACKAGE_DIR) -> Path:
+    stamp = _stamp_file(package_dir)
+    return stamp.with_name(stamp.name.replace(STAMP_NAME, READY_NAME))
+
+
+def kernels_signature(package_dir: Path = PACKAGE_DIR) -> str:
+    """What kernels cached here are good for: these modules, this numba and Python, this CPU."""
+    cpu = f"{llvm.get_host_cpu_name()}:{llvm.get_host_cpu_features().flatten()}"
+    text = f"{tree_stamp(package_dir)}|{nb.__version__}|{sys.version}|{cpu}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def cached_paths(package_dir: Path = PACKAGE_DIR) -> set[str]:
+    """The warm-up paths (``reuse.warmup``) whose kernels a process cached for this signature: a
+    Tokenizer whose paths are all here loads its kernels, any other compiles them first."""
+    try:
+        lines = _ready_file(package_dir).read_text().split("\n")
+    except OSError:
+        return set()
+    if lines[0] != kernels_signature(package_dir):
+        return set()
+    return {line for line in lines[1:] if line}
+
+
+def record_cached_paths(paths, package_dir: Path = PACKAGE_DIR) -> None:
+    """Add ``paths`` to the ones ``cached_paths`` lists (appended: processes compiling at once each
+    add theirs); nothing where the cache cannot be written."""
+    ready = _ready_file(package_dir)
+    signature = kernels_signature(package_dir)
+    try:
+        try:
+            lines = ready.read_text().split("\n")
+        except OSError:
+            lines = [""]
+        if lines[0] != signature:
+            partial = ready.with_name(f"{ready.name}.{os.getpid()}")
+            partial.write_text(signature + "\n")
+            os.replace(partial, ready)
+            lines = [signature]
+        new = [path for path in dict.fromkeys(paths) if path not in lines]
+        if new:
+            with open(ready, "a") as f:
+                f.write("".join(f"{path}\n" for path in new))
+    except OSError:
+        pass
+
+
 def drop_stale_kernel_caches(package_dir: Path = PACKAGE_DIR) -> bool:
     """Delete numba's cached kernels of the package (``kernel_cache_dirs``) if any module holding
     compiled code (``compiled_modules``) changed since they were written; returns whether it did.
@@ -163,6 +211,7 @@ def drop_stale_kernel_caches(package_dir: Path = PACKAGE_DIR) -> bool:
                      for path in folder.iterdir() if path.suffix in (".nbi", ".nbc")]
             for path in stale:
                 path.unlink(missing_ok=True)
+            _ready_file(package_dir).unlink(missing_ok=True)
         partial = stamp_file.with_name(f"{stamp_file.name}.{os.getpid()}")
         partial.write_text(f"{tree}\n{stamp}\n")
         os.replace(partial, stamp_file)  # processes importing at once each write a whole stamp
@@ -412,23 +461,36 @@ _notice = {"printed": False, "workers": 1}
 _notice_lock = threading.Lock()
 
 
-def compile_notice(workers: int = 1) -> str:
+def caches_kernels() -> bool:
+    """Whether compiled kernels are saved where later processes find them (else each compiles them)."""
+    if config.DISABLE_JIT:
+        return False
+    for name, dispatcher in KERNELS.items():
+        if name.startswith("kimi_tok.") and isinstance(dispatcher._cache, _DeferredCache):
+            made = dispatcher._cache._made()
+            return not isinstance(made, NullCache) and not getattr(made._impl.locator, "read_only", False)
+    return False
+
+
+def compile_notice(workers: int = 1, background: bool = False) -> str:
     """The line printed when kernels are compiled: what, why, about how long, where, and how to do it ahead."""
     seconds = max(5, round(COLD_COMPILE_SECONDS / max(1, min(workers, 4)) * 1.2))
     where = "NUMBA_CACHE_DIR=" + config.CACHE_DIR if config.CACHE_DIR else cache_location()
-    return (f"kimi_tok: compiling its numba kernels for this machine, once (about {seconds} s; later processes load "
-            f"them in well under a second from {where}); to do it ahead, e.g. in a container image or CI: "
+    how = (f", in {workers} background process{'es' if workers > 1 else ''} (about {seconds} s; until then calls run "
+           f"on a slower interpreted path with the same ids)" if background else f" (about {seconds} s)")
+    return (f"kimi_tok: compiling its numba kernels for this machine, once{how}; later processes load "
+            f"them in about a second from {where}; to do it ahead, e.g. in a container image or CI: "
             f"`kimi-tok warmup` or `python -c 'import kimi_tok; kimi_tok.warmup()'`")
 
 
-def announce_compile(workers: int = 1) -> bool:
+def announce_compile(workers: int = 1, background: bool = False) -> bool:
     """Print ``compile_notice`` to stderr unless this process did already (or is a warm-up
     worker, whose parent does); returns whether it printed."""
     with _notice_lock:
         if _notice["printed"] or os.environ.get(WORKER_ENV):
             return False
         _notice["printed"] = True
-    print(compile_notice(workers), file=sys.stderr, flush=True)
+    print(compile_notice(workers, background), file=sys.stderr, flush=True)
     return True
 
 

@@ -67,9 +67,9 @@ def byte_level(token: bytes) -> str:
 class Decoder:
     """The bytes of every id of a vocabulary and its special tokens, for decoding and look-ups."""
 
-    def __init__(self, vocabulary: Vocabulary, special_tokens: dict[str, int], tables: BpeTables) -> None:
+    def __init__(self, vocabulary: Vocabulary, special_tokens: dict[str, int], tables: BpeTables | None) -> None:
         n_ranks = vocabulary.token_offsets.shape[0] - 1
-        self._tables = tables
+        self.tables = tables  # for token_to_id; None until a Tokenizer starting cold has made its tables
         self._special_tokens = special_tokens
         self.n_vocab = max([n_ranks - 1, *special_tokens.values()]) + 1
         specials = sorted(special_tokens.items(), key=lambda kv: kv[1])
@@ -137,6 +137,11 @@ class Decoder:
     def decode_bytes(self, ids) -> bytes:
         return gather_bytes(self.check_ids(ids), self.all_bytes, self.all_offsets).tobytes()
 
+    def decode_bytes_interpreted(self, ids) -> bytes:
+        """``decode_bytes`` without a compiled kernel (while they compile: ``engine.interpreted``)."""
+        data, offsets = self.all_bytes, self.all_offsets
+        return b"".join(data[offsets[i]:offsets[i + 1]].tobytes() for i in self.check_ids(ids).tolist())
+
     def token_bytes(self, id_: int) -> bytes:
         """The bytes of one valid id."""
         return self.all_bytes[self.all_offsets[id_]:self.all_offsets[id_ + 1]].tobytes()
@@ -159,7 +164,7 @@ class Decoder:
             return None
         if not raw:
             return None
-        rank = lookup_token(self._tables, np.frombuffer(raw, dtype=np.uint8))
+        rank = lookup_token(self.tables, np.frombuffer(raw, dtype=np.uint8))
         return None if rank < 0 else int(rank)
 
     def id_to_token(self, id_: int) -> str | None:

@@ -25,8 +25,13 @@ stages (pipeline), the fan-outs (engine) and the agent-loop helpers (reuse.parki
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -34,16 +39,18 @@ from collections.abc import Callable
 import numpy as np
 
 from ..engine.engine import Engine
-from ..engine.policy import Policy
+from ..engine.policy import MAX_COMPILE_JOBS, Policy, usable_cores
 from ..native import jit
 from ..pipeline.bpe import build_bpe_tables, grown_piece_cache, new_piece_cache
 from ..pipeline.decode import Decoder
 from ..pipeline.offsets import token_spans
 from ..vocab import parse_tiktoken_bpe
+from ..vocab.files import VOCABULARY_PATH
 from .encode_ahead import OutputMemory
 from .segment_cache import SegmentCache
 
-__all__ = ["warm_up", "warm_up_everything", "wait_for_background", "probe_segments", "probe_policy"]
+__all__ = ["warm_up", "warm_up_everything", "warm_up_all", "KernelBuild", "starts_cold", "kernels_cached",
+           "wait_for_background", "probe_segments", "probe_policy"]
 
 # Text that takes every branch the stages have: specials in special and in plain segments, words,
 # contractions, numbers, symbols, CJK, emoji, long and short whitespace runs, newlines.
@@ -100,7 +107,7 @@ def _short_call(engine, reuse, decoder) -> None:
         # offsets (``return_offsets``) on a decoder of byte tokens: the same kernels without building the
         # vocabulary's offset tables, which only a call that asks for offsets needs
         text = "héllo 🙂 wörld"
-        tiny = Decoder(parse_tiktoken_bpe(_TINY_MODEL, "warm-up vocabulary"), {}, decoder._tables)
+        tiny = Decoder(parse_tiktoken_bpe(_TINY_MODEL, "warm-up vocabulary"), {}, decoder.tables)
         byte_ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(ids.dtype)
         token_spans(tiny.offset_tables, byte_ids, [(text, False)], True, engine.flags)
 
@@ -158,17 +165,17 @@ _PATHS: list[tuple[str, Callable]] = [
     ("hash routing", _hash_routing),
     ("processes", _processes),
 ]
-_done: set[tuple[str, str, bool]] = set()  # (path, pre-tokenizer kind, parked helpers) taken in this process
+_done: set[str] = set()  # path_key of the paths taken in this process
 _lock = threading.Lock()
 _background: list[threading.Thread] = []
 
 
-def _paths_for(engine: Engine, reuse, every_path: bool) -> list[str]:
-    """The paths a Tokenizer with this engine and reuse layer can take (its policy decides hash
-    routing and processes; ``encode_with_bounds(n_jobs=...)`` can fan out whatever ``n_jobs`` is)."""
-    policy = engine.policy
-    names = ["short call", "shared parts" if engine.fuses else "groups and stages"]
-    if reuse is not None and policy.n_jobs > 1:
+def paths_for(policy: Policy, fuses: bool, with_reuse: bool, every_path: bool = False) -> list[str]:
+    """The paths a Tokenizer with this policy can take (``fuses``: its pattern is the Kimi scanner's;
+    ``with_reuse``: it has a segment cache), by name; ``encode_with_bounds(n_jobs=...)`` can fan out
+    whatever ``n_jobs`` is."""
+    names = ["short call", "shared parts" if fuses else "groups and stages"]
+    if with_reuse and policy.n_jobs > 1:
         names.append("agent loop")
     names.append("groups and stages")
     if every_path or policy.hash_routing:
@@ -178,13 +185,31 @@ def _paths_for(engine: Engine, reuse, every_path: bool) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def path_key(name: str, fuses: bool, parked: bool) -> str:
+    """How a path is known in ``_done`` and in the record of cached paths (``jit.cached_paths``): its
+    name, the pre-tokenizer kind, and for the agent loop whether its helpers are parked."""
+    kind = PROBE_KINDS[0] if fuses else PROBE_KINDS[1]
+    return f"{kind}:{name}" + (":parked" if name == "agent loop" and parked else "")
+
+
+def kernels_cached(policy: Policy, fuses: bool, with_reuse: bool) -> bool:
+    """Whether a process recorded every kernel of such a Tokenizer's paths as cached for this
+    package, numba and CPU (``jit.cached_paths``): then making one loads them, else compiles them."""
+    parked = with_reuse and policy.parked_helpers
+    cached = jit.cached_paths()
+    return all(path_key(name, fuses, parked) in cached for name in paths_for(policy, fuses, with_reuse))
+
+
+def _paths_for(engine: Engine, reuse, every_path: bool) -> list[str]:
+    return paths_for(engine.policy, engine.fuses, reuse is not None, every_path)
+
+
 def _take(names: list[str], engine: Engine, reuse, decoder) -> list[str]:
     """Take the paths ``names`` not taken yet in this process; returns those it took."""
-    kind = PROBE_KINDS[0] if engine.fuses else PROBE_KINDS[1]
     parked = bool(reuse is not None and reuse.helpers.parked)
     taken = []
     for name, path in _PATHS:
-        key = (name, kind, parked if name == "agent loop" else False)
+        key = path_key(name, engine.fuses, parked)
         if name not in names or key in _done:
             continue
         with _lock:  # one thread takes a path at a time; the other finds it done
@@ -192,6 +217,7 @@ def _take(names: list[str], engine: Engine, reuse, decoder) -> list[str]:
                 continue
             path(engine, reuse, decoder)
             _done.add(key)
+        jit.record_cached_paths([key])
         taken.append(name)
     return taken
 
@@ -200,6 +226,8 @@ def warm_up(engine: Engine, reuse=None, decoder=None) -> None:
     """Make sure no call of a Tokenizer with these parts compiles a kernel later (see the module
     docstring): the short-call path now, the others now if that compiled anything, else on a
     background thread."""
+    if os.environ.get(jit.WORKER_ENV):
+        return  # a process of ``warm_up_all`` takes the paths of its share only
     names = _paths_for(engine, reuse, every_path=False)
     compiled = len(jit.COMPILED)
     _take(names[:1], engine, reuse, decoder)
@@ -226,23 +254,162 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=wait_for_background)
 
 
-def warm_up_everything(tokenizers: Callable[[], list], *, processes: bool = True) -> dict:
+def warm_up_everything(tokenizers: Callable[[], list], *, processes: bool = True, part: tuple[int, int] = (0, 1)) -> dict:
     """Compile (or load) every kernel kimi_tok has a path to, for every kind of Tokenizer that
     ``tokenizers()`` makes (objects with ``engine``, ``_reuse`` and ``_decoder``: the facade's
-    Tokenizers), plus those that read a vocabulary file and build its tables. Returns
-    ``{"seconds", "compiled", "kernels", "cache"}``: wall time, kernels compiled (0: all were cached),
-    kernels loaded or compiled in all, and where they are cached."""
+    Tokenizers), plus those that read a vocabulary file and build its tables. ``part=(k, n)``
+    takes the k-th of n shares only (``warm_up_all``): share 0 holds what a default
+    Tokenizer needs, the other paths go round the others. Returns ``{"seconds", "compiled",
+    "kernels", "cache"}``: wall time, kernels compiled (0: all were cached), kernels loaded or
+    compiled in all, and where they are cached."""
     start = time.perf_counter()
     compiled = len(jit.COMPILED)
-    vocabulary = parse_tiktoken_bpe(_TINY_MODEL, "warm-up vocabulary")  # reading a tiktoken file
-    build_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)  # a new vocabulary's tables
+    index, count = part
+    if index == 0:
+        vocabulary = parse_tiktoken_bpe(_TINY_MODEL, "warm-up vocabulary")  # reading a tiktoken file
+        build_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)  # a new vocabulary's tables
+        jit.record_cached_paths([VOCABULARY_PATH])
     wait_for_background()
-    for tok in tokenizers():
-        names = _paths_for(tok.engine, tok._reuse, every_path=True)
-        if not processes:
-            names.remove("processes")
-        _take(names, tok.engine, tok._reuse, tok._decoder)
+    shared = 0
+    for position, tok in enumerate(tokenizers()):
+        first = paths_for(tok.engine.policy, tok.engine.fuses, tok._reuse is not None) if position == 0 else []
+        names = [name for name in _paths_for(tok.engine, tok._reuse, every_path=True)
+                 if processes or name != "processes"]
+        mine = []
+        for name in names:
+            if name in first:
+                owner = 0
+            else:
+                owner, shared = (1 + shared % (count - 1) if count > 1 else 0), shared + 1
+            if owner == index:
+                mine.append(name)
+        _take(mine, tok.engine, tok._reuse, tok._decoder)
     wait_for_background()
     kernels = sum(len(d.overloads) for name, d in jit.KERNELS.items() if name.startswith("kimi_tok."))
     return {"seconds": time.perf_counter() - start, "compiled": len(jit.COMPILED) - compiled, "kernels": kernels,
             "cache": jit.cache_location()}
+
+
+def warm_up_all(tokenizers: Callable[[], list], *, processes: bool = True, jobs: int | None = None,
+                part: tuple[int, int] | None = None) -> dict:
+    """``warm_up_everything`` in ``jobs`` processes at once (default: the cores, at most
+    ``MAX_COMPILE_JOBS``): this one takes share 0, the others the rest; then everything once more in
+    this process, which loads what they cached and compiles what they missed. ``part=(k, n)``:
+    share k of n only (what the other processes run: ``kimi-tok warmup --part k/n``)."""
+    start = time.perf_counter()
+    with _as_warm_up_process():
+        if part is not None:
+            return warm_up_everything(tokenizers, processes=processes, part=part)
+        workers = _start_shares(jobs or min(MAX_COMPILE_JOBS, usable_cores()), processes)
+        try:
+            done = warm_up_everything(tokenizers, processes=processes, part=(0, len(workers) + 1))
+        finally:
+            shares = _finish_shares(workers)
+        if workers:
+            compiled = done["compiled"] + sum(share["compiled"] for share in shares)
+            done = warm_up_everything(tokenizers, processes=processes)
+            done["compiled"] += compiled
+        return {**done, "seconds": time.perf_counter() - start, "processes": len(workers) + 1}
+
+
+@contextlib.contextmanager
+def _as_warm_up_process():
+    """This process takes the paths of ``warm_up_everything`` itself: its Tokenizers neither start a
+    build of their own nor take their paths when made (``jit.WORKER_ENV``)."""
+    saved = os.environ.get(jit.WORKER_ENV)
+    os.environ[jit.WORKER_ENV] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(jit.WORKER_ENV, None)
+        else:
+            os.environ[jit.WORKER_ENV] = saved
+
+
+def _start_shares(jobs: int, processes: bool) -> list[subprocess.Popen]:
+    """Processes taking shares 1..jobs-1 of ``warm_up_everything`` (``python -m kimi_tok warmup
+    --part k/jobs``). Two processes that save one kernel's index at once can lose an entry: the
+    last pass of ``warm_up_all`` compiles it again."""
+    command = [sys.executable, "-m", "kimi_tok", "warmup"] + ([] if processes else ["--no-processes"])
+    env = {**os.environ, jit.WORKER_ENV: "1"}
+    return [subprocess.Popen([*command, "--part", f"{k}/{jobs}"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+            for k in range(1, jobs)]
+
+
+def _finish_shares(workers: list[subprocess.Popen]) -> list[dict]:
+    """Wait for the share processes; their results (``warm_up_everything``'s), or ``RuntimeError``
+    with the end of its output if one failed."""
+    results = []
+    for worker in workers:
+        out, err = worker.communicate()
+        if worker.returncode != 0:
+            tail = err.decode("utf-8", "replace").strip().splitlines()[-5:]
+            raise RuntimeError(f"a kernel-compiling process failed (exit code {worker.returncode}): "
+                               + " / ".join(tail))
+        results.append(json.loads(out.decode().strip().splitlines()[-1]))
+    return results
+
+
+class KernelBuild:
+    """Every kernel compiled into numba's cache by worker processes (``python -m kimi_tok warmup``),
+    while this process goes on: it never holds the GIL to compile. One build at a time per
+    process, shared by the Tokenizers that wait for it; it finishes even if this process ends."""
+
+    _current: "KernelBuild | None" = None
+    _lock = threading.Lock()
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.output = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "kimi_tok", "warmup", "--jobs", str(jobs)], stdin=subprocess.DEVNULL,
+            stdout=self.output, stderr=subprocess.STDOUT, env={**os.environ, jit.WORKER_ENV: "1"},
+            start_new_session=True)  # not stopped by Ctrl-C meant for this process
+
+    @classmethod
+    def started(cls, jobs: int) -> "KernelBuild":
+        """The build under way, else a new one."""
+        with cls._lock:
+            if cls._current is None or cls._current.process.poll() is not None:
+                cls._current = cls(jobs)
+            return cls._current
+
+    def wait_until(self, cached: Callable[[], bool], poll_seconds: float = 0.25) -> bool:
+        """Wait until ``cached()`` holds or the build ends; returns ``cached()``."""
+        while not cached():
+            try:
+                self.process.wait(poll_seconds)
+            except subprocess.TimeoutExpired:
+                continue
+            return cached()
+        return True
+
+    def failed(self) -> bool:
+        """Whether the build ended with an error (else it ended well, or is still running)."""
+        return self.process.poll() not in (None, 0)
+
+    def failure(self) -> str:
+        """The end of the build's output, to say why it did not cache the kernels."""
+        self.output.seek(0)
+        lines = self.output.read().decode("utf-8", "replace").strip().splitlines()
+        return " / ".join(lines[-5:]) or f"exit code {self.process.poll()}"
+
+
+def starts_cold(policy: Policy, fuses: bool, with_reuse: bool) -> bool:
+    """Whether a Tokenizer with this policy should answer with the interpreted engine while worker
+    processes compile its kernels (``Policy.cold_start``): they are not cached yet, and the
+    processes' work would be (numba can save kernels here)."""
+    return (policy.cold_start == "background" and not os.environ.get(jit.WORKER_ENV) and jit.caches_kernels()
+            and not kernels_cached(policy, fuses, with_reuse))
+
+
+def build_kernels_first(policy: Policy, fuses: bool, with_reuse: bool) -> None:
+    """With ``cold_start="wait"``: a Tokenizer whose kernels are not cached has worker processes
+    compile them before it goes on (``compile_jobs`` cores at once instead of one)."""
+    if (policy.cold_start != "wait" or os.environ.get(jit.WORKER_ENV) or not jit.caches_kernels()
+            or kernels_cached(policy, fuses, with_reuse)):
+        return
+    jit.announce_compile(policy.compile_jobs)
+    KernelBuild.started(policy.compile_jobs).wait_until(lambda: kernels_cached(policy, fuses, with_reuse))
