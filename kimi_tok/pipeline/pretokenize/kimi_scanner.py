@@ -23,6 +23,7 @@ import numpy as np
 
 from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
+from ...native.simd import BLOCK_BYTES, ascii_classes, highest_set_bit, lowest_set_bit
 from ...native.utf8 import ASCII_END, code_point_at, sequence_length
 from ...vocab.kimi_k3 import KIMI_PATTERN
 from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE, code_point_flags
@@ -340,6 +341,136 @@ def count_text_bytes(run_start, run_end, run_special):
     return total
 
 
+# -- 64 bytes at a time ---------------------------------------------------------------------------
+#
+# Where the text is ASCII, where each piece starts follows from each byte's class and its neighbours'
+# (a window of four bytes), so the starts of a 64-byte window are computed as bit masks
+# (``native.simd.ascii_classes``) and read off with ``tzcnt``, with no branch per byte. Bit ``k`` is byte
+# ``base + k``, where ``base`` is three bytes before the piece start ``pos`` the window begins at; the
+# starts of bits 4..60 are final (each needs bytes k-3..k+1). A window holding a byte of 0x80 or more,
+# or whitespace just before a newline (whose piece ends at the run's last newline: a look far ahead),
+# is left to ``next_piece_end``. The rules, with ``prev`` the byte before (and as in the alternatives):
+#
+# * a letter starts a piece unless the letter before is a lowercase one and it is not uppercase (2-3),
+#   or the byte before is a prefix ``[^\r\n\p{L}\p{N}]`` that itself starts a piece: a blank always
+#   does (the last blank of a run before a non-blank; 7), a symbol when no symbol or space is before it;
+# * a digit starts a piece at the start of its run and every third digit after (4);
+# * a symbol starts one unless a symbol or a space is before it (5);
+# * a newline starts one after a letter or a digit; after a symbol it belongs to the symbol's piece, after
+#   whitespace to the whitespace's (5-6);
+# * a blank starts one at the start of its run, right after a newline (the run's last, as no blank is
+#   before a newline here, and a run that goes on past the window is final at its start only), and as the
+#   last blank of a run of two or more before a non-blank (7);
+# * a contraction ``'s 't 'm 'd 're 've 'll`` (either case) right after a word's letter belongs to the
+#   word, and a piece starts right after it.
+
+WINDOW_LOOKBACK = 3
+WINDOW_FIRST_BIT, WINDOW_LAST_BIT = 4, 60
+FOURTH_BIT = np.uint64(1 << WINDOW_LOOKBACK)  # the window's first byte: a piece start
+FINAL_BITS = np.uint64(((1 << (WINDOW_LAST_BIT + 1)) - 1) & ~((1 << WINDOW_FIRST_BIT) - 1))
+LOW_THREE_BITS = np.uint64(7)
+LOWER_CASE = 0x20
+MAX_WINDOW_SKIP = 1 << 12  # text that is not ASCII is tried again after at most this many bytes
+
+
+@leaf_inline
+def _bit(k):
+    return np.uint64(1) << np.uint64(k)
+
+
+@leaf_inline
+def _contractions(buf, base, candidates):
+    """``(inside, after)``: the bytes of the contractions starting at the apostrophes ``candidates``
+    (bits of the window at ``base``), and the bytes right after them."""
+    inside = np.uint64(0)
+    after = np.uint64(0)
+    while candidates != 0:
+        k = lowest_set_bit(candidates)
+        candidates &= candidates - np.uint64(1)
+        if (inside >> np.uint64(k - 1)) & np.uint64(1):
+            continue  # the letter before is a contraction's own: no word ends there
+        first = buf[index(base + k + 1)] | LOWER_CASE
+        second = buf[index(base + k + 2)] | LOWER_CASE
+        if first == LOWER_S or first == LOWER_T or first == LOWER_M or first == LOWER_D:
+            inside |= np.uint64(3) << np.uint64(k)
+            after |= _bit(k + 2)
+        elif ((first == LOWER_R or first == LOWER_V) and second == LOWER_E) or (first == LOWER_L and second == LOWER_L):
+            inside |= np.uint64(7) << np.uint64(k)
+            after |= _bit(k + 3)
+    return inside, after
+
+
+@leaf_inline
+def _window_starts(buf, base):
+    """The piece starts in bits ``WINDOW_FIRST_BIT..limit`` of the ASCII window at ``base`` (whose bit
+    ``WINDOW_LOOKBACK`` is a piece start), and ``limit``; ``limit`` < ``WINDOW_FIRST_BIT``: not here."""
+    high, upper, lower, digit, newline, space, blank, apostrophe = ascii_classes(buf, base)
+    one = np.uint64(1)
+    white = blank | newline
+    if high != 0 or ((blank << one) & newline) != 0:
+        return np.uint64(0), -1
+    letter = upper | lower
+    symbol = ~(letter | digit | white)
+    limit = WINDOW_LAST_BIT
+    if (white >> np.uint64(BLOCK_BYTES - 1)) != 0:  # a whitespace run going on past the window: only its start is final
+        rest = ~white & (_bit(BLOCK_BYTES - 1) - one)
+        limit = min(limit, highest_set_bit(rest) + 1) if rest != 0 else 0
+    candidates = apostrophe & (letter << one) & ~LOW_THREE_BITS & ~_bit(WINDOW_LOOKBACK)
+    inside = np.uint64(0)
+    after = np.uint64(0)
+    if candidates != 0:
+        late = candidates >> np.uint64(WINDOW_LAST_BIT - 1)
+        if late != 0:  # a contraction that may end past the window: stop before it
+            limit = WINDOW_LAST_BIT - 2 + lowest_set_bit(late)
+            candidates &= _bit(WINDOW_LAST_BIT - 1) - one
+        inside, after = _contractions(buf, base, candidates)
+    symbol_start = symbol & ~(symbol << one) & ~(space << one)
+    prefix_start = blank | ((symbol_start | after | FOURTH_BIT) & symbol)
+    letter_start = letter & ((upper & (lower << one)) | (~(letter << one) & ~(prefix_start << one)))
+    digit_start = (digit & ~(digit << one)) | (digit & FOURTH_BIT)
+    digit_start &= ~LOW_THREE_BITS
+    group = digit_start
+    while group != 0:  # every third digit of a run
+        group = (group << np.uint64(3)) & digit & (digit << one) & (digit << np.uint64(2))
+        digit_start |= group
+    absorbed = newline & ~(newline + (newline & (symbol << one)))  # newlines right after symbols
+    newline_start = newline & ~(white << one) & ~absorbed
+    blank_start = blank & (~(white << one) | (newline << one) | ((blank << one) & ~(white >> one)))
+    starts = (letter_start | digit_start | symbol_start | newline_start | blank_start | after | FOURTH_BIT) & ~inside
+    return starts & FINAL_BITS, limit
+
+
+@leaf_inline
+def _scan_text_run(buf, start, end, table, piece_end, n_pieces):
+    """The pieces of the text run ``buf[start:end]``: their ends from ``piece_end[n_pieces]`` on;
+    returns the new count. ASCII windows of 64 bytes where they fit, ``next_piece_end`` elsewhere."""
+    pos = start
+    next_window = start + WINDOW_LOOKBACK  # a window starts 3 bytes into the run, and ends inside it
+    skip = BLOCK_BYTES
+    while pos < end:
+        if pos >= next_window and pos - WINDOW_LOOKBACK + BLOCK_BYTES <= end:
+            base = pos - WINDOW_LOOKBACK
+            starts, limit = _window_starts(buf, base)
+            if limit >= WINDOW_FIRST_BIT:
+                skip = BLOCK_BYTES
+                starts &= (_bit(limit + 1) - np.uint64(1))
+                if starts != 0:
+                    while starts != 0:
+                        k = lowest_set_bit(starts)
+                        starts &= starts - np.uint64(1)
+                        piece_end[index(n_pieces)] = base + k
+                        n_pieces += 1
+                    pos = piece_end[index(n_pieces - 1)]
+                    continue
+            else:  # not ASCII here: no window for a while (longer after each window that was not)
+                next_window = base + skip
+                skip = min(2 * skip, MAX_WINDOW_SKIP)
+        pos = next_piece_end(buf, pos, end, table)
+        piece_end[index(n_pieces)] = pos
+        n_pieces += 1
+    return n_pieces
+
+
 @leaf
 def _scan_all(buf, run_start, run_end, run_special, table, first_piece, piece_end):
     n_pieces = 0
@@ -347,12 +478,7 @@ def _scan_all(buf, run_start, run_end, run_special, table, first_piece, piece_en
         first_piece[index(r)] = n_pieces
         if run_special[index(r)] >= 0:
             continue
-        i = run_start[index(r)]
-        end = run_end[index(r)]
-        while i < end:
-            i = next_piece_end(buf, i, end, table)
-            piece_end[index(n_pieces)] = i
-            n_pieces += 1
+        n_pieces = _scan_text_run(buf, run_start[index(r)], run_end[index(r)], table, piece_end, n_pieces)
     first_piece[index(run_start.shape[0])] = n_pieces
     return n_pieces
 

@@ -1,0 +1,83 @@
+"""The Kimi scanner's 64-byte ASCII windows (``kimi_scanner._window_starts``) cut exactly where the
+PCRE2 JIT regex does.
+
+Windows run only inside text runs longer than 67 bytes, so these texts are long: every tricky
+ASCII sequence (contractions, digit runs, whitespace runs with and without newlines, symbol runs,
+prefixes, case changes) placed at every offset of a window, plus hypothesis-generated ASCII texts,
+with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kimi_tok import KIMI_PATTERN
+from kimi_tok.pipeline.pretokenize import RegexPreTokenizer
+from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
+from kimi_tok.pipeline.pretokenize.unicode_classes import code_point_flags
+from tests.api.test_properties import SETTINGS
+
+PCRE2 = RegexPreTokenizer(KIMI_PATTERN)
+FLAGS = code_point_flags()
+
+TRICKY = [
+    "don't", "it's", "I'LL", "we're", "you've", "I'm", "he'd", "x'Sa", "x's's", "'s", "a's", "''s", "x'", "'",
+    "ABc", "aBc", "HTTPServer", "fooBar", "A", "a", "Zz", "zZ",
+    "1", "12", "123", "1234", "12345678901", "a1b2", "1a", "x123456",
+    " ", "  ", "   ", "\t", " \t", "\t ", "\n", "\n\n", "\r\n", " \n", "\n ", "  \n  ", "\n  \n  ", "\x0b", "\x0c",
+    " \x0b\n", "\n\t\t", "\r", "\r\r\n",
+    "(", "((", "(x", "((x", " (x", "  (x", "\t(x", ".\n", ".\n\n", ";\n  x", ")\n \nx", "'x", "x'y", "\"'s",
+    "==", "->", "#", "_", "__init__", "@x", "$1", "\x00", "\x1c", "\x7f", "\x1fx",
+]
+FILLER = "lorem ipsum dolor, sit amet (42) consectetur\n"
+
+
+def _pieces(text: str) -> list[str]:
+    raw = text.encode("utf-8")
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    one = np.zeros(1, dtype=np.int64)
+    _, piece_end = scan_runs(buf, one, one + len(raw), one - 1, FLAGS)
+    return [raw[a:b].decode("utf-8") for a, b in zip([0, *piece_end[:-1].tolist()], piece_end.tolist())]
+
+
+def _check(text: str) -> None:
+    got, want = _pieces(text), PCRE2.split(text)
+    if got != want:
+        i = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
+        pytest.fail(f"text {text!r}\npiece {i}: got {got[max(0, i - 3):i + 4]}\nwant {want[max(0, i - 3):i + 4]}")
+
+
+@pytest.mark.parametrize("tricky", TRICKY)
+def test_every_tricky_sequence_at_every_window_offset(tricky):
+    for offset in range(0, 72):
+        for before in (" ", "x", "1", "(", "\n", "  "):
+            text = (FILLER * 3)[:offset] + before + tricky + FILLER * 3
+            _check(text)
+            _check(text + tricky)  # near the end of the run too
+
+
+def test_long_runs_crossing_windows():
+    for unit in (" ", "\n", " \n", "\n ", "1", "a", "A", "(", "\t", "aA", "'s"):
+        for n in (60, 63, 64, 65, 66, 67, 70, 127, 128, 129, 200):
+            _check("x" * 10 + unit * n + "y z")
+            _check("x" * 10 + unit * n)
+            _check(unit * n + "x" * 80)
+
+
+ascii_atoms = st.one_of(st.sampled_from(TRICKY), st.characters(min_codepoint=0, max_codepoint=127))
+mixed_atoms = st.one_of(ascii_atoms, ascii_atoms, ascii_atoms, st.sampled_from(["é", "中", "😀", "\u00a0", "\u2028"]))
+
+
+@settings(max_examples=400, **SETTINGS)
+@given(st.lists(ascii_atoms, min_size=20, max_size=400).map("".join))
+def test_random_ascii_text(text):
+    _check(text)
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(st.lists(mixed_atoms, min_size=20, max_size=400).map("".join))
+def test_random_text_with_some_non_ascii(text):
+    _check(text)
