@@ -56,29 +56,32 @@ def ascii_classes(typingctx, buf, at):
     return signature, codegen
 
 
+def _zero_count(builder, word, name: str):
+    """LLVM's ``cttz``/``ctlz`` of a nonzero 64-bit word (zero is undefined: one instruction)."""
+    flag = ir.IntType(1)
+    fn = builder.module.declare_intrinsic(name, [ir.IntType(64), flag])
+    return builder.call(fn, [word, ir.Constant(flag, 1)])
+
+
+def _is_word(word) -> bool:
+    return isinstance(word, types.Integer) and word.bitwidth == 64
+
+
 @intrinsic
 def lowest_set_bit(typingctx, word):
     """The index of the lowest set bit of a nonzero ``uint64`` (``tzcnt``)."""
-    if not (isinstance(word, types.Integer) and word.bitwidth == 64):
+    if not _is_word(word):
         return None
-
-    def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        fn = builder.module.declare_intrinsic("llvm.cttz", [i64, ir.IntType(1)])
-        return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)])
-
-    return types.int64(word), codegen
+    return types.int64(word), lambda context, builder, sig, args: _zero_count(builder, args[0], "llvm.cttz")
 
 
 @intrinsic
 def highest_set_bit(typingctx, word):
     """The index of the highest set bit of a nonzero ``uint64`` (63 - ``lzcnt``)."""
-    if not (isinstance(word, types.Integer) and word.bitwidth == 64):
+    if not _is_word(word):
         return None
 
     def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        fn = builder.module.declare_intrinsic("llvm.ctlz", [i64, ir.IntType(1)])
-        return builder.sub(ir.Constant(i64, 63), builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)]))
+        return builder.sub(ir.Constant(ir.IntType(64), 63), _zero_count(builder, args[0], "llvm.ctlz"))
 
     return types.int64(word), codegen
