@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...native import atomics
 from ...native.hashing import EMPTY, find_span, hash_span
 from ...native.jit import index, kernel, leaf, leaf_inline
 from .merge import merge_any_piece, new_merge_scratch
@@ -23,6 +24,8 @@ from .piece_cache import (IN_GENERAL_TABLE, SHORT_ADDED, SHORT_BASE, SHORT_FULL_
                           start_short_table_over)
 from .tables import (COUNT_SHIFT, ENTRY_WORDS, MAX_INLINE_IDS, NO_MERGE, SHORT_PIECE_BYTES, entry_count, entry_id, find_entry,
                      maybe_long_token, put_entry, short_hash, short_key)
+
+PROBE_BLOCK = 32  # pieces whose short-table slots are fetched before any of them is looked up
 
 
 @leaf_inline
@@ -108,11 +111,12 @@ def encode_piece(tables, cache, buf, start, end, out, n_out, scratch):
 
 
 @leaf
-def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end, cache, scratch):
+def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end, cache, scratch, keys):
     n_out = 0
     byte_rank = tables.byte_rank
     byte_pair_rank = tables.byte_pair_rank
     short_slots = cache.short_slots  # a copy of the vocabulary's, with the short pieces merged before
+    entry_mask = np.uint64(short_slots.shape[0] // ENTRY_WORDS - 1)
     for r in range(run_start.shape[0]):
         if run_special[index(r)] >= 0:
             out[index(n_out)] = run_special[index(r)]
@@ -120,32 +124,51 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
             run_out_end[index(r)] = n_out
             continue
         start = run_start[index(r)]
-        for p in range(first_piece[index(r)], first_piece[index(r + 1)]):
-            end = piece_end[index(p)]
-            length = end - start
-            if length == 1:
-                out[index(n_out)] = byte_rank[index(buf[index(start)])]
-                n_out += 1
-            elif length == 2:  # a fifth of all pieces: the 256 KB byte-pair table answers
-                rank = byte_pair_rank[index(np.int64(buf[index(start)]) * 256 + buf[index(start + 1)])]
-                if rank != NO_MERGE:
-                    out[index(n_out)] = rank
-                    n_out += 1
-                else:  # not a token, so no merge applies: its two bytes
+        p = first_piece[index(r)]
+        last = first_piece[index(r + 1)]
+        while p < last:
+            block_end = min(p + PROBE_BLOCK, last)
+            # the keys of a block's short pieces first, their slots fetched meanwhile (most are tokens)
+            piece_start = start
+            for q in range(p, block_end):
+                piece_stop = piece_end[index(q)]
+                length = piece_stop - piece_start
+                if length >= 3 and length <= SHORT_PIECE_BYTES:
+                    lo, hi = short_key(buf, piece_start, piece_stop)
+                    h = short_hash(lo, hi)
+                    j = 3 * (q - p)
+                    keys[index(j)] = lo
+                    keys[index(j + 1)] = hi
+                    keys[index(j + 2)] = h
+                    atomics.prefetch(short_slots, (h & entry_mask) * np.uint64(ENTRY_WORDS))
+                piece_start = piece_stop
+            for q in range(p, block_end):
+                end = piece_end[index(q)]
+                length = end - start
+                if length == 1:
                     out[index(n_out)] = byte_rank[index(buf[index(start)])]
-                    out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
-                    n_out += 2
-            else:
-                if length <= SHORT_PIECE_BYTES:  # most pieces are tokens: their probe first, without a branch more
-                    lo, hi = short_key(buf, start, end)
-                    entry, found = find_entry(short_slots, lo, hi, short_hash(lo, hi))
-                    if found and entry_count(short_slots, entry) == 1:
-                        out[index(n_out)] = entry_id(short_slots, entry, 0)
+                    n_out += 1
+                elif length == 2:  # a fifth of all pieces: the 256 KB byte-pair table answers
+                    rank = byte_pair_rank[index(np.int64(buf[index(start)]) * 256 + buf[index(start + 1)])]
+                    if rank != NO_MERGE:
+                        out[index(n_out)] = rank
                         n_out += 1
-                        start = end
-                        continue
-                n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch)
-            start = end
+                    else:  # not a token, so no merge applies: its two bytes
+                        out[index(n_out)] = byte_rank[index(buf[index(start)])]
+                        out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
+                        n_out += 2
+                else:
+                    if length <= SHORT_PIECE_BYTES:  # most pieces are tokens: their probe first
+                        j = 3 * (q - p)
+                        entry, found = find_entry(short_slots, keys[index(j)], keys[index(j + 1)], keys[index(j + 2)])
+                        if found and entry_count(short_slots, entry) == 1:
+                            out[index(n_out)] = entry_id(short_slots, entry, 0)
+                            n_out += 1
+                            start = end
+                            continue
+                    n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch)
+                start = end
+            p = block_end
         run_out_end[index(r)] = n_out
     return n_out
 
@@ -176,5 +199,6 @@ def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece
     the calling thread's ``PieceCache`` (never shared between threads).
     """
     scratch = new_merge_scratch(longest_piece(run_start, run_special, first_piece, piece_end), cache.pair_memo)
+    keys = np.empty(3 * PROBE_BLOCK, dtype=np.uint64)
     return _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end,
-                       cache, scratch)
+                       cache, scratch, keys)
