@@ -31,7 +31,7 @@ from ..native.hashing import EMPTY, find_span, hash_span
 from ..native.jit import kernel, leaf
 from ..pipeline import bpe
 from ..pipeline.assembly import ID_DTYPE, SubstringEncoder
-from ..pipeline.bpe.encode import encode_piece
+from ..pipeline.bpe.encode import encode_piece, piece_key
 from ..pipeline.bpe.merge import new_merge_scratch
 from ..pipeline.bpe.piece_cache import SHORT_CACHE_ENTRIES, new_piece_cache
 from ..pipeline.bpe.tables import (COUNT_SHIFT, ENTRY_WORDS, ID_BITS, ID_MASK, IDS_PER_WORD, NO_MERGE,
@@ -164,7 +164,8 @@ def _merge_route(tables, buf, miss_start, miss_end, miss_route, route, first, la
         end = miss_end[m]
         at = miss_at[m]
         # merged earlier in this phase (a repeat within the call), or merged now and added
-        miss_count[m] = encode_piece(tables, cache, buf, start, end, miss_ids, at, scratch) - at
+        lo, hi, h = piece_key(buf, start, end)
+        miss_count[m] = encode_piece(tables, cache, buf, start, end, miss_ids, at, scratch, lo, hi, h) - at
 
 
 @kernel

@@ -47,21 +47,27 @@ def _copy_cached_ids(cache, entry, out, n_out):
 
 
 @leaf_inline
-def encode_piece(tables, cache, buf, start, end, out, n_out, scratch):
-    """Ids of the piece ``buf[start:end]`` (three bytes or more) at ``out[n_out:]``; returns the new
-    ``n_out``. From the vocabulary or the piece cache, else merged and added to the cache (short
-    pieces with at most ``MAX_INLINE_IDS`` ids to its short table, the others to its general one)."""
+def piece_key(buf, start, end):
+    """``(lo, hi, h)`` of the piece ``buf[start:end]`` (three bytes or more): its two-word key and short
+    hash when it has at most ``SHORT_PIECE_BYTES``, else zeros and its span hash."""
+    if end - start <= SHORT_PIECE_BYTES:
+        lo, hi = short_key(buf, start, end)
+        return lo, hi, short_hash(lo, hi)
+    return np.uint64(0), np.uint64(0), hash_span(buf, start, end)
+
+
+@leaf_inline
+def encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h):
+    """Ids of the piece ``buf[start:end]`` (three bytes or more; ``lo, hi, h``: its ``piece_key``) at
+    ``out[n_out:]``; returns the new ``n_out``. From the vocabulary or the piece cache, else merged and
+    added to the cache (short pieces with at most ``MAX_INLINE_IDS`` ids to its short table, the others
+    to its general one)."""
     length = end - start
     short_slots = cache.short_slots
-    lo = np.uint64(0)
-    hi = np.uint64(0)
     entry = np.int64(0)
-    h = np.uint64(0)
     slot = np.int64(0)
     if length <= SHORT_PIECE_BYTES:
         # one probe answers tokens and the short pieces merged before
-        lo, hi = short_key(buf, start, end)
-        h = short_hash(lo, hi)
         entry, found = find_entry(short_slots, lo, hi, h)
         if found:
             if entry_count(short_slots, entry) != IN_GENERAL_TABLE:
@@ -80,7 +86,7 @@ def encode_piece(tables, cache, buf, start, end, out, n_out, scratch):
                 return emit_entry(tables.short_slots, token_entry, out, n_out)
         span_hash = np.uint64(0)
     else:
-        span_hash = hash_span(buf, start, end)
+        span_hash = h
         if maybe_long_token(tables, span_hash):
             rank = find_span(tables.token_slots, tables.token_bytes, tables.token_offsets, buf, start, end,
                              span_hash)
@@ -117,6 +123,8 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
     byte_pair_rank = tables.byte_pair_rank
     short_slots = cache.short_slots  # a copy of the vocabulary's, with the short pieces merged before
     entry_mask = np.uint64(short_slots.shape[0] // ENTRY_WORDS - 1)
+    general_slots = cache.slots
+    general_mask = np.uint64(general_slots.shape[0] - 1)
     for r in range(run_start.shape[0]):
         if run_special[index(r)] >= 0:
             out[index(n_out)] = run_special[index(r)]
@@ -128,19 +136,20 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
         last = first_piece[index(r + 1)]
         while p < last:
             block_end = min(p + PROBE_BLOCK, last)
-            # the keys of a block's short pieces first, their slots fetched meanwhile (most are tokens)
+            # the keys of a block's pieces first, the table slots they probe fetched meanwhile
             piece_start = start
             for q in range(p, block_end):
                 piece_stop = piece_end[index(q)]
-                length = piece_stop - piece_start
-                if length >= 3 and length <= SHORT_PIECE_BYTES:
-                    lo, hi = short_key(buf, piece_start, piece_stop)
-                    h = short_hash(lo, hi)
+                if piece_stop - piece_start >= 3:
+                    lo, hi, h = piece_key(buf, piece_start, piece_stop)
                     j = 3 * (q - p)
                     keys[index(j)] = lo
                     keys[index(j + 1)] = hi
                     keys[index(j + 2)] = h
-                    atomics.prefetch(short_slots, (h & entry_mask) * np.uint64(ENTRY_WORDS))
+                    if piece_stop - piece_start <= SHORT_PIECE_BYTES:
+                        atomics.prefetch(short_slots, (h & entry_mask) * np.uint64(ENTRY_WORDS))
+                    else:
+                        atomics.prefetch(general_slots, h & general_mask)
                 piece_start = piece_stop
             for q in range(p, block_end):
                 end = piece_end[index(q)]
@@ -158,15 +167,16 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
                         out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
                         n_out += 2
                 else:
+                    j = 3 * (q - p)
+                    lo, hi, h = keys[index(j)], keys[index(j + 1)], keys[index(j + 2)]
                     if length <= SHORT_PIECE_BYTES:  # most pieces are tokens: their probe first
-                        j = 3 * (q - p)
-                        entry, found = find_entry(short_slots, keys[index(j)], keys[index(j + 1)], keys[index(j + 2)])
+                        entry, found = find_entry(short_slots, lo, hi, h)
                         if found and entry_count(short_slots, entry) == 1:
                             out[index(n_out)] = entry_id(short_slots, entry, 0)
                             n_out += 1
                             start = end
                             continue
-                    n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch)
+                    n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
                 start = end
             p = block_end
         run_out_end[index(r)] = n_out
