@@ -22,10 +22,10 @@ from ...native.hashing import build_span_table, table_size_for
 from . import char_starts as char_starts_module, tables as tables_module
 from .char_starts import CHAR_START_CODE_POINTS, build_char_starts
 from .tables import (ID_BITS, MAX_VOCABULARY_TOKENS, SHORT_PIECE_BYTES, BpeTables, _build_own_split_table,
-                     _build_pair_table, _build_short_table, _byte_tables, _count_pairs, build_long_token_bits,
+                     _build_pair_table, _build_short_table, _byte_tables, _count_pairs, build_long_token_bits, build_pair_filter,
                      own_splits, short_table_entries)
 
-TABLES_FORMAT = 6  # part of the cache file name, with a digest of the source that lays the tables out
+TABLES_FORMAT = 7  # part of the cache file name, with a digest of the source that lays the tables out
 
 
 def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray, root: Path) -> BpeTables:
@@ -117,7 +117,7 @@ def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeT
     short_slots = _build_short_table(token_bytes, token_offsets, short_table_entries(n_short))
     tables = BpeTables(token_bytes, token_offsets, slots, byte_rank, byte_pair_rank, pair_slots, short_slots,
                        np.zeros(CHAR_START_CODE_POINTS, dtype=np.uint64),
-                       build_long_token_bits(token_bytes, token_offsets))
+                       build_long_token_bits(token_bytes, token_offsets), build_pair_filter(left, right))
     return tables._replace(char_starts=build_char_starts(tables, left, right))
 
 

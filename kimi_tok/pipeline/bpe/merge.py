@@ -18,7 +18,7 @@ import numpy as np
 from ...native.jit import index, kernel, leaf, leaf_inline
 from ...native.utf8 import sequence_length, well_formed_code_point_at
 from .char_starts import CHAR_START_CODE_POINTS, start_count, start_first_length, start_id
-from .tables import FIBONACCI, ID_BITS, NO_MERGE, pair_rank
+from .tables import FIBONACCI, ID_BITS, NO_MERGE, may_merge, pair_rank
 
 SMALL_MERGE_BYTES = 32  # pieces up to this size merge over packed arrays of parts and ranks
 SCAN_MERGE_BYTES = 128  # longer ones up to this size merge by a scan over their byte positions
@@ -296,7 +296,7 @@ def merge_rank(tables, scratch, left, right):
     if (stored >> np.uint64(MEMO_RANK_BITS)) == key + np.uint64(1):
         rank = np.int64(stored & np.uint64(MEMO_NO_MERGE))
         return NO_MERGE if rank == MEMO_NO_MERGE else np.int32(rank)
-    rank = pair_rank(tables, left, right)
+    rank = pair_rank(tables, left, right) if may_merge(tables, key) else NO_MERGE
     memo[index(slot)] = tag | np.uint64(MEMO_NO_MERGE if rank == NO_MERGE else rank)
     return rank
 

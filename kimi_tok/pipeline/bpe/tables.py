@@ -48,6 +48,10 @@ COUNT_SHIFT = 60  # the id count, in the top bits of the first ids word
 # Few tokens are longer than SHORT_PIECE_BYTES (862 of K3's): a 64 Kbit filter of their hashes, which stays in
 # the L1 cache, answers "not a token" for most long pieces without a probe of the span table
 LONG_TOKEN_WORDS = 1 << 10
+# Most pairs a merge looks up do not merge. A 256 KB filter of the own splits' hashes, which stays in the L2
+# cache, answers "does not merge" for ~95% of those without a probe of the 4 MB pair table
+PAIR_FILTER_BITS = 21
+PAIR_FILTER_WORDS = (1 << PAIR_FILTER_BITS) // 64
 LONG_TOKEN_BIT_SHIFT = 48  # the filter takes the hash's high bits (the span table its low bits)
 
 
@@ -63,6 +67,7 @@ class BpeTables(NamedTuple):
     short_slots: np.ndarray  # uint64 entries of ENTRY_WORDS: every token of up to SHORT_PIECE_BYTES
     char_starts: np.ndarray  # uint64 per code point: the ids a merge may start a character from (char_starts.py)
     long_token_bits: np.ndarray  # uint64[LONG_TOKEN_WORDS]: a bit per hash of the tokens longer than SHORT_PIECE_BYTES
+    pair_filter: np.ndarray  # uint64[PAIR_FILTER_WORDS]: a bit per hash of each own split (pairs that may merge)
 
 
 def short_table_entries(n_keys: int) -> int:
@@ -334,6 +339,29 @@ def pair_rank(tables, left, right):
         if stored == NO_PAIR:
             return NO_MERGE
         slot = (slot + np.uint64(1)) & mask
+
+
+@leaf_inline
+def pair_filter_bit(key):
+    """The filter bit of a pair key (the top bits of the multiplicative hash the pair memo takes too)."""
+    return (key * FIBONACCI) >> np.uint64(64 - PAIR_FILTER_BITS)
+
+
+@kernel
+def build_pair_filter(left, right):
+    bits = np.zeros(PAIR_FILTER_WORDS, dtype=np.uint64)
+    for merged in range(left.shape[0]):
+        if left[merged] >= 0:
+            bit = pair_filter_bit(pair_key(left[merged], right[merged]))
+            bits[bit >> np.uint64(6)] |= np.uint64(1) << (bit & np.uint64(63))
+    return bits
+
+
+@leaf_inline
+def may_merge(tables, key):
+    """False when the pair with this key (``pair_key``) certainly does not merge."""
+    bit = pair_filter_bit(key)
+    return ((tables.pair_filter[index(bit >> np.uint64(6))] >> (bit & np.uint64(63))) & np.uint64(1)) != 0
 
 
 @leaf
