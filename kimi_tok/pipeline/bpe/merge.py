@@ -287,8 +287,10 @@ def new_merge_scratch(longest_piece, pair_memo):
 
 @leaf
 def merge_rank(tables, scratch, left, right):
-    """``pair_rank`` through the thread's pair memo."""
+    """``pair_rank`` through the pair filter (most pairs do not merge) and the thread's pair memo."""
     key = (np.uint64(left) << np.uint64(ID_BITS)) | np.uint64(right)
+    if not may_merge(tables, key):
+        return NO_MERGE
     memo = scratch.pair_memo
     slot = (key * FIBONACCI) >> np.uint64(64 - MEMO_BITS)
     stored = memo[index(slot)]
@@ -296,7 +298,7 @@ def merge_rank(tables, scratch, left, right):
     if (stored >> np.uint64(MEMO_RANK_BITS)) == key + np.uint64(1):
         rank = np.int64(stored & np.uint64(MEMO_NO_MERGE))
         return NO_MERGE if rank == MEMO_NO_MERGE else np.int32(rank)
-    rank = pair_rank(tables, left, right) if may_merge(tables, key) else NO_MERGE
+    rank = pair_rank(tables, left, right)
     memo[index(slot)] = tag | np.uint64(MEMO_NO_MERGE if rank == NO_MERGE else rank)
     return rank
 
