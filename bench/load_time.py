@@ -13,8 +13,10 @@ Every row runs in fresh interpreters (``python -c``), medians over the repetitio
   the compile notice was printed; then how long until calls run compiled (worker processes build
   the kernels meanwhile), the first prompt long enough to fan out, and the kernels the process
   compiled itself (the target: none);
-* warm: the same three steps with both caches filled, and what the load is made of;
-* first long prompt: in a warm process, the first 400k-character prompt vs the next one (fresh text);
+* warm: the same three steps with both caches filled (the first prompt runs on the interpreted engine
+  while a thread loads the kernels), when the kernels are loaded, and what each step costs;
+* first long prompt: in a warm process, the first 400k-character prompt vs the next one (fresh text),
+  once the kernels are loaded, and right after ``kimi_k3()`` (it then waits for the kernel load);
 * agent loop: the first turn of ``bench.agent_loop`` (its real text, 176k characters) in a new
   process, kimi_tok's default ``kimi_k3()`` vs basetenkenizer (when installed), each after its
   load and one small call;
@@ -75,29 +77,19 @@ out["cpu_s"] = usage.ru_utime + usage.ru_stime
 print(json.dumps(out))
 """
 
-# A warm start taken apart: each piece timed where it happens (the functions it calls wrapped).
+# A warm start taken apart: each piece timed where it happens (the functions it calls wrapped). The
+# kernels load on a thread ("kimi_tok-load") while the first prompt runs on the interpreted engine.
 WARM_PARTS = r"""
-import json, resource, time
+import json, resource, sys, time
 clock = lambda: (time.perf_counter(), time.thread_time())
 t0 = clock()
-import numba
-t_numba = clock()
-from numba.core import dispatcher
-parts = {}
-loads = []
-real_compile = dispatcher.Dispatcher.compile
-def compile(self, sig):
-    start = clock()
-    try:
-        return real_compile(self, sig)
-    finally:
-        end = clock()
-        loads.append((end[0] - start[0], end[1] - start[1]))
-dispatcher.Dispatcher.compile = compile
 import kimi_tok
 t1 = clock()
+numba_at_import = "numba" in sys.modules
 from kimi_tok import loaders, tokenizer as facade
+from kimi_tok.native import jit
 from kimi_tok.reuse import warmup
+parts = {}
 def timed(module, name, key):
     real = getattr(module, name)
     def wrapper(*args, **kwargs):
@@ -109,10 +101,13 @@ def timed(module, name, key):
             wall, cpu = parts.get(key, (0.0, 0.0))
             parts[key] = (wall + end[0] - start[0], cpu + end[1] - start[1])
     setattr(module, name, wrapper)
-timed(loaders, "embedded_kimi_k3", "vocabulary: gzip, parse (with numba's first use)")
-timed(facade, "cached_bpe_tables", "BPE tables: the .npz file")
-timed(facade, "in_huge_pages", "tables copied into huge pages (first-touch faults)")
-timed(facade, "warm_up", "warm-up at creation: kernel loads, probe")
+timed(loaders, "embedded_kimi_k3", "vocabulary: gzip, sha256, NumPy parse")
+timed(facade.Tokenizer, "mergeable_ranks", "interpreted engine: the ranks dict")
+timed(facade, "InterpretedEngine", "interpreted engine: the pattern through PCRE2 JIT")
+timed(jit, "materialize", "thread: numba's import, every kernel declared to numba")
+timed(facade, "cached_bpe_tables", "thread: BPE tables, the .npz file")
+timed(facade, "in_huge_pages", "thread: tables copied into huge pages (first-touch faults)")
+timed(facade, "warm_up", "thread: kernel loads (numba's first use included), probe")
 tok = kimi_tok.kimi_k3()
 t2 = clock()
 from kimi_tok.samples import sample_prompt
@@ -120,17 +115,18 @@ segments = sample_prompt(4000, seed=1)
 t3 = clock()
 tok.encode_segments(segments)
 t4 = clock()
-if loads:
-    parts["numba's first use (registries, entry points) and first kernel"] = loads[0]
-    parts["every other kernel load (index, object code)"] = (sum(w for w, _ in loads[1:]), sum(c for _, c in loads[1:]))
+compiled_at_first = tok.compiled
+tok.wait_until_compiled()
+t_loaded = clock()
 warmup.wait_for_background()
 t5 = clock()
 usage = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"numba_import_s": t_numba[0] - t0[0], "import_s": t1[0] - t0[0], "load_s": t2[0] - t1[0],
+print(json.dumps({"numba_at_import": numba_at_import, "import_s": t1[0] - t0[0], "load_s": t2[0] - t1[0],
                   "first_s": t4[0] - t3[0], "total_s": t4[0] - t0[0] - (t3[0] - t2[0]),
-                  "total_cpu_s": t4[1] - t0[1] - (t3[1] - t2[1]), "background_s": t5[0] - t4[0],
+                  "total_cpu_s": t4[1] - t0[1] - (t3[1] - t2[1]), "compiled_at_first": compiled_at_first,
+                  "loaded_s": t_loaded[0] - t1[0] - (t3[0] - t2[0]), "background_s": t5[0] - t_loaded[0],
                   "process_cpu_s": usage.ru_utime + usage.ru_stime, "parts": parts,
-                  "kernels_loaded_before_first_call": len(loads)}))
+                  "compiled": len(jit.COMPILED)}))
 """
 
 FIRST_LONG = r"""
@@ -141,6 +137,7 @@ from kimi_tok.samples import sample_prompt
 tok = kimi_tok.kimi_k3()
 prompts = [sample_prompt(400_000, seed=s) for s in (21, 22, 23)]
 if {wait}:
+    tok.wait_until_compiled()  # a warm start loads the kernels on a thread
     wait_for_background()
 times = []
 for p in prompts:
@@ -160,6 +157,7 @@ if {which!r} == "kimi_tok":
     from kimi_tok.reuse.warmup import wait_for_background
     tok = kimi_tok.kimi_k3()
     encode = lambda segs: tok.encode_segments(segs).into_numpy()["ids"]
+    tok.wait_until_compiled()  # loaded, as basetenkenizer is
     wait_for_background()
 else:
     from bench.peers import load_basetenkenizer
@@ -176,6 +174,7 @@ import kimi_tok
 from kimi_tok.reuse.warmup import wait_for_background
 from kimi_tok.samples import sample_prompt
 on, off = kimi_tok.kimi_k3(), kimi_tok.kimi_k3(segment_cache_bytes=0)
+on.wait_until_compiled() and off.wait_until_compiled()
 wait_for_background()
 other = np.ones(64 << 20, dtype=np.uint8)
 out = {{}}
@@ -249,7 +248,10 @@ def row_warm(reps: int) -> dict:
     parts = {key: [statistics.median(run["parts"].get(key, (0.0, 0.0))[i] for run in runs) for i in (0, 1)]
              for key in runs[0]["parts"]}
     return {"runs": runs, "notices": notices, "parts": parts, **{k: median_of(runs, k) for k in
-            ("numba_import_s", "import_s", "load_s", "first_s", "total_s", "total_cpu_s", "background_s")}}
+            ("import_s", "load_s", "first_s", "total_s", "total_cpu_s", "loaded_s", "background_s")},
+            "numba_at_import": any(run["numba_at_import"] for run in runs),
+            "compiled_at_first": all(run["compiled_at_first"] for run in runs),
+            "compiled": max(run["compiled"] for run in runs)}
 
 
 def row_first_long(reps: int) -> dict:
@@ -308,9 +310,11 @@ def report(results: dict) -> None:
               f"in the process, {c['first_long_s'] * 1e3:.0f} ms | nothing compiled after load |")
     if "warm" in results:
         w = results["warm"]
+        path = "compiled" if w["compiled_at_first"] else "interpreted"
         print(f"| warm caches: import + `kimi_k3()` + first prompt | {w['total_s']:.2f} s, {w['total_cpu_s']:.2f} CPU-s "
-              f"(import {w['import_s']:.2f}, load {w['load_s']:.2f}, first prompt {w['first_s'] * 1e3:.0f} ms); "
-              f"notices {w['notices']} | <= 0.5 s |")
+              f"(import {w['import_s']:.2f}{' with numba' if w['numba_at_import'] else ', no numba'}, load "
+              f"{w['load_s']:.2f}, first prompt {w['first_s'] * 1e3:.0f} ms on the {path} path; kernels loaded "
+              f"{w['loaded_s']:.2f} s after import, {w['compiled']} compiled); notices {w['notices']} | <= 0.5 s |")
     if "first-long" in results:
         f = results["first-long"]
         print(f"| warm process: first 400k-char prompt vs the next | {f['first_s'] * 1e3:.0f} ms vs "
@@ -326,7 +330,7 @@ def report(results: dict) -> None:
         print(f"| default `kimi_k3()` vs `segment_cache_bytes=0`, fresh prompts, 64 MB between calls | {ratios} | "
               f"<= 1.10x |")
     if "warm" in results:
-        print("\nwarm start, where the time goes (medians; the kernel loads happen inside the steps above them):")
+        print("\nwarm start, where the time goes (medians; 'thread:' steps run beside the first prompt):")
         for key, (wall, cpu) in results["warm"]["parts"].items():
             print(f"  {key:66} {wall * 1e3:7.1f} ms, {cpu * 1e3:7.1f} CPU-ms")
     if "install" in results:

@@ -24,8 +24,10 @@ def warmup(processes: bool = True, jobs: int | None = None) -> dict:
     >>> kimi_tok.warmup()["compiled"]  # doctest: +SKIP
     0
     """
+    from .native import jit
     from .reuse.warmup import warm_up_all
 
+    jit.materialize()  # numba now: the Tokenizers made here load synchronously, with no interpreted path
     return warm_up_all(_warm_up_tokenizers, processes=processes, jobs=jobs)
 
 

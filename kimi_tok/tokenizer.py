@@ -80,6 +80,7 @@ class Tokenizer:
         self._interpreted: InterpretedEngine | None = None  # answers calls until then (a cold start)
         self._made = threading.Event()
         self._failed: BaseException | None = None
+        self._loading = False  # a warm start: a thread loads the cached kernels (numba's first use)
         kind = (policy, pattern == KIMI_PATTERN, bool(policy.segment_cache_bytes))
         if starts_cold(*kind):  # kernels not compiled yet: processes compile them, calls go on meanwhile
             self._interpreted = InterpretedEngine(self.mergeable_ranks(), self._special_tokens, pattern)
@@ -87,13 +88,20 @@ class Tokenizer:
             build = KernelBuild.started(policy.compile_jobs)
             threading.Thread(target=self._make_parts, args=(build, kind), name="kimi_tok-cold-start",
                              daemon=True).start()
+        elif policy.cold_start == "background" and not jit.materialized():
+            # cached, but numba is not loaded in this process (~0.6 s): short calls go on meanwhile
+            self._interpreted = InterpretedEngine(self.mergeable_ranks(), self._special_tokens, pattern)
+            self._loading = True
+            threading.Thread(target=self._make_parts, args=(None, kind, True), name="kimi_tok-load",
+                             daemon=True).start()
         else:
             build_kernels_first(*kind)
             self._make_parts()
 
-    def _make_parts(self, build: KernelBuild | None = None, kind: tuple = ()) -> None:
+    def _make_parts(self, build: KernelBuild | None = None, kind: tuple = (), background: bool = False) -> None:
         """The compiled path: tables, engine, reuse layer, kernels loaded (``warm_up``). After a
-        ``build`` it loads what the worker processes compiled (or, if they failed, compiles here)."""
+        ``build`` it loads what the worker processes compiled (or, if they failed, compiles here).
+        ``background``: on a thread of its own (a failure is kept for the calls that need it)."""
         try:
             if build is not None and not build.wait_until(lambda: kernels_cached(*kind)) and build.failed():
                 warnings.warn(f"kimi_tok: the processes compiling kernels failed ({build.failure()}); "
@@ -109,9 +117,10 @@ class Tokenizer:
             self._interpreted = None
         except BaseException as e:  # kept for the calls that need the compiled path
             self._failed = e
-            if build is None:
+            if build is None and not background:
                 raise
         finally:
+            self._loading = False
             self._made.set()
 
     def _compiled(self) -> tuple[Engine, SegmentReuse | None]:
@@ -251,10 +260,19 @@ class Tokenizer:
 
     def _run(self, segments: Segments, tiktoken_safe: bool, want_ids: bool):
         parts, interpreted = self._parts, self._interpreted
-        if parts is None and interpreted is not None:  # kernels still compiling: the interpreted engine
-            return interpreted.encode(segments, tiktoken_safe, want_ids)
+        if parts is None and interpreted is not None and not (self._loading and self._waits_for_kernels(segments)):
+            return interpreted.encode(segments, tiktoken_safe, want_ids)  # kernels still compiling or loading
         engine, reuse = parts or self._compiled()
         return (reuse if reuse is not None else engine).encode(segments, tiktoken_safe, want_ids)
+
+    def _waits_for_kernels(self, segments: Segments) -> bool:
+        """Whether a call made while a warm start loads the kernels waits for them: its text is
+        longer than ``Policy.interpreted_chars_while_loading`` (interpreting it would take longer)."""
+        most = self.policy.interpreted_chars_while_loading
+        try:
+            return sum(len(text) for text, _ in segments) > most
+        except (TypeError, ValueError):  # not (text, flag) pairs: the interpreted path names the problem
+            return False
 
     # -- decoding and vocabulary ---------------------------------------------------
 

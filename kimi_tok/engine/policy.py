@@ -82,8 +82,11 @@ class Policy:
     helpers: int = field(default_factory=lambda: max(1, usable_cores() // 2))
     cache_dir: Path = field(default_factory=_default_cache_dir)  # the BPE tables built per vocabulary
     # where kimi_tok's kernels are not compiled yet (the first use after an install): "background" answers
-    # calls on the interpreted engine while worker processes compile them, "wait" waits for those processes
+    # calls on the interpreted engine while worker processes compile them, "wait" waits for those processes;
+    # where they are cached but this process has not loaded numba yet, "background" answers calls of up to
+    # interpreted_chars_while_loading characters that way while a thread loads them (longer ones wait)
     cold_start: str = "background"
+    interpreted_chars_while_loading: int = 1 << 17
     compile_jobs: int = field(default_factory=lambda: max(1, min(MAX_COMPILE_JOBS, usable_cores() - 1)))
     # fan-outs of one call over threads
     min_bytes_per_shared_job: int = 1 << 16  # shared parts (the Kimi scanner): fans out from this per job
@@ -106,8 +109,8 @@ class Policy:
     output_headroom: float = 1.25  # a reused output's block is this much longer than the output
 
     def __post_init__(self) -> None:
-        for name in ("n_jobs", "helpers", "compile_jobs", "min_bytes_per_shared_job", "fan_out_part_bytes", "shrink_per_job",
-                     "min_bytes_per_job", "groups_per_job", "min_bytes_per_process_job", "unit_bytes",
+        for name in ("n_jobs", "helpers", "compile_jobs", "interpreted_chars_while_loading", "min_bytes_per_shared_job",
+                     "fan_out_part_bytes", "shrink_per_job", "min_bytes_per_job", "groups_per_job", "min_bytes_per_process_job", "unit_bytes",
                      "merge_slice_bytes", "min_ahead_plan_chars", "min_ahead_chars", "min_shared_bytes",
                      "shared_part_bytes", "shared_part_shrink", "min_reused_ids"):
             value = getattr(self, name)

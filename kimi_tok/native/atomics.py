@@ -14,9 +14,11 @@ caller keeps alive.
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from .jit import DeferredModule, intrinsic
+
+types = DeferredModule("numba.core.types")  # read when numba types a call (it is imported by then)
+cgutils = DeferredModule("numba.core.cgutils")
 
 
 @intrinsic

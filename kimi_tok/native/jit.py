@@ -8,14 +8,18 @@ misses on branchy code; the Kimi scanner ran 5x slower (156 ms vs 30 ms per
 4 MB) for that alone. ``leaf_inline``: a leaf whose body numba copies into each
 caller. All are cached on disk and release the GIL.
 
-Every function they compile is a ``KernelDispatcher`` listed in ``KERNELS``. A kernel called
-from another with a constant argument is compiled for the argument's type, not for the
-constant (numba's default compiles one copy per constant: ``KernelDispatcher``), and
-numba's inliner copies a callee's IR once per call site rather than once per block
-(``_inline_ir_with_one_memo``); together they cut the first compile by about a third
-(docs/performance.md, "First use and load time"). The first kernel a process compiles prints
-one line to stderr (``compile_notice``): what is compiled, how long it takes, where it is
-cached and how to build it ahead (``kimi_tok.warmup()``, ``kimi-tok warmup``).
+This module does not import numba: the decorators declare a kernel (``Declared``) and
+``materialize`` imports numba and makes every declared one a numba dispatcher
+(``numba_backend``), rebinding the package's names to them, on the first call of any kernel or
+when a Tokenizer loads its compiled path (``import kimi_tok`` stays ~0.3 s faster, and a first
+call can run on the interpreted engine while a thread loads the kernels). Every compiled kernel
+is a ``numba_backend.KernelDispatcher`` listed in ``KERNELS``: a kernel called from another with
+a constant argument is compiled for the argument's type, not for the constant, and numba's
+inliner copies a callee's IR once per call site rather than once per block; together they cut
+the first compile by about a third (docs/performance.md, "First use and load time"). The first
+kernel a process compiles prints one line to stderr (``compile_notice``): what is compiled, how
+long it takes, where it is cached and how to build it ahead (``kimi_tok.warmup()``,
+``kimi-tok warmup``).
 
 Where numba finds no writable cache location (a read-only install with no
 writable ``NUMBA_CACHE_DIR`` or ``~/.cache``), ``cache=True`` raises at import;
@@ -24,30 +28,20 @@ again) and one warning says so. The cache is dropped whole when any module that
 holds compiled code changed (``drop_stale_kernel_caches``), and subscripts known to
 be non-negative are written ``a[index(i)]`` (``index``).
 """
-
 from __future__ import annotations
 
 import ast
-import copy
+import functools
 import hashlib
+import importlib
+import importlib.util
 import os
 import sys
 import tempfile
 import threading
-import warnings
 from pathlib import Path
 
-import numba as nb
 import numpy as np
-from llvmlite import binding as llvm
-from numba.core import config, errors, event, types
-from numba.core.caching import (CompileResultCacheImpl, FunctionCache, InTreeCacheLocator, NullCache,
-                                UserProvidedCacheLocator)
-from numba.core.codegen import JITCodeLibrary
-from numba.core.compiler import CompileResult
-from numba.core.registry import CPUDispatcher
-
-_warned = False
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 STAMP_NAME = "kimi_tok-kernels.stamp"  # in the package's top __pycache__ (and in NUMBA_CACHE_DIR)
@@ -120,15 +114,15 @@ def kernel_cache_dirs(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     """Where numba caches the package's kernels: the ``__pycache__`` folders next to the modules,
     or with ``NUMBA_CACHE_DIR`` set, the folders numba names after each source folder there."""
     folders = sorted({path.parent for path in _python_files(package_dir)})
-    if config.CACHE_DIR:
-        return [Path(config.CACHE_DIR, "_".join([folder.name, hashlib.sha1(str(folder).encode()).hexdigest()]))
+    if numba_cache_dir():
+        return [Path(numba_cache_dir(), "_".join([folder.name, hashlib.sha1(str(folder).encode()).hexdigest()]))
                 for folder in folders]
     return [folder / "__pycache__" for folder in folders]
 
 
 def _stamp_file(package_dir: Path) -> Path:
-    if config.CACHE_DIR:  # one cache directory may hold several trees' kernels
-        return Path(config.CACHE_DIR, f"{hashlib.sha1(str(package_dir).encode()).hexdigest()[:16]}-{STAMP_NAME}")
+    if numba_cache_dir():  # one cache directory may hold several trees' kernels
+        return Path(numba_cache_dir(), f"{hashlib.sha1(str(package_dir).encode()).hexdigest()[:16]}-{STAMP_NAME}")
     return package_dir / "__pycache__" / STAMP_NAME
 
 
@@ -137,10 +131,40 @@ def _ready_file(package_dir: Path = PACKAGE_DIR) -> Path:
     return stamp.with_name(stamp.name.replace(STAMP_NAME, READY_NAME))
 
 
+def numba_cache_dir() -> str:
+    """``NUMBA_CACHE_DIR`` as numba reads it (its config once imported, else the environment)."""
+    numba = sys.modules.get("numba")
+    config = getattr(getattr(numba, "core", None), "config", None)
+    return config.CACHE_DIR if config is not None else os.environ.get("NUMBA_CACHE_DIR", "")
+
+
+def _cpu_identity() -> str:
+    """The CPU kernels are compiled for: its model and feature flags (``/proc/cpuinfo``; LLVM's
+    host CPU where there is none). Read without loading LLVM (~50 ms)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            wanted = ("vendor_id", "model name", "flags", "isa", "features", "cpu model", "Features")
+            return "|".join(line.strip() for line in f.read().split("\n\n")[0].split("\n")
+                            if line.split(":")[0].strip() in wanted)
+    except OSError:
+        from llvmlite import binding as llvm
+
+        return f"{llvm.get_host_cpu_name()}:{llvm.get_host_cpu_features().flatten()}"
+
+
+def _numba_identity() -> str:
+    """The installed numba, without importing it: its location, and its ``__init__``'s size and time."""
+    spec = importlib.util.find_spec("numba")
+    if spec is None or spec.origin is None:
+        return "no numba"
+    stat = os.stat(spec.origin)
+    return f"{spec.origin}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
 def kernels_signature(package_dir: Path = PACKAGE_DIR) -> str:
-    """What kernels cached here are good for: these modules, this numba and Python, this CPU."""
-    cpu = f"{llvm.get_host_cpu_name()}:{llvm.get_host_cpu_features().flatten()}"
-    text = f"{tree_stamp(package_dir)}|{nb.__version__}|{sys.version}|{cpu}"
+    """What kernels cached here are good for: these modules, this numba and Python, this CPU
+    (computed without importing numba)."""
+    text = f"{tree_stamp(package_dir)}|{_numba_identity()}|{sys.version}|{_cpu_identity()}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -223,164 +247,135 @@ def drop_stale_kernel_caches(package_dir: Path = PACKAGE_DIR) -> bool:
 drop_stale_kernel_caches()
 
 
-# -- compiling ----------------------------------------------------------------------------------
+# -- declaring and materializing -----------------------------------------------------------------
 
 
-class KernelDispatcher(CPUDispatcher):
-    """numba's CPU dispatcher, except that a call from compiled code with constant arguments is
-    compiled for their types. numba types a constant ``0`` as ``Literal[int](0)`` and compiles a
-    callee once per distinct constant: the BPE kernels were compiled 2-4 times each, a fifth of the
-    first compile. LLVM still sees the constants where it inlines. A callee that needs a constant
-    (``literally``, indexing a heterogeneous tuple) fails to type without it and gets it."""
-
-    def get_call_template(self, args, kws):
-        plain = tuple(types.unliteral(arg) for arg in args)
-        plain_kws = {name: types.unliteral(arg) for name, arg in kws.items()}
-        if plain != tuple(args) or plain_kws != kws:
-            try:
-                return super().get_call_template(plain, plain_kws)
-            except errors.TypingError:
-                pass
-        return super().get_call_template(args, kws)
-
-
-KERNELS: dict[str, KernelDispatcher] = {}  # "module.qualname" -> dispatcher, in definition order
+KERNELS: dict[str, object] = {}  # "module.qualname" -> numba dispatcher, in definition order (once materialized)
 COMPILED: list[tuple[str, tuple]] = []  # (name, argument types) of every kernel this process compiled
 
 
-def _warn_uncached() -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        warnings.warn(
-            f"kimi_tok: numba has no writable cache directory, so kernels are compiled in every process "
-            f"(~{COLD_COMPILE_SECONDS} s); set NUMBA_CACHE_DIR to a writable directory to cache them",
-            RuntimeWarning, stacklevel=3)
+class Declared:
+    """A function to compile with numba, declared before numba is imported. Calling it (or reading
+    a dispatcher attribute such as ``signatures``) materializes every declared function first;
+    ``materialize`` also rebinds the package's names to the compiled ones, so hot paths never pass
+    through this object."""
 
+    def __init__(self, py_func, kind: str, options: dict) -> None:
+        functools.update_wrapper(self, py_func)
+        self.py_func = py_func
+        self.kind = kind  # "function" (numba.njit) or "intrinsic" (numba.extending.intrinsic)
+        self.options = options
+        self._compiled = None
 
-class _DeferredCache:
-    """A kernel's disk cache (``KernelCache``), made when the kernel is first compiled or loaded:
-    numba makes it at definition, which finds the cache folder, checks that it is writable (a
-    temporary file) and hashes the source, for each of the ~100 kernels of every import. Where
-    numba finds no writable cache folder, the kernel is compiled in every process (one warning)."""
+    def compiled(self):
+        if self._compiled is None:
+            materialize()
+        return self._compiled
 
-    def __init__(self, py_func) -> None:
-        self._py_func = py_func
-        self._cache = None
-
-    def _made(self):
-        if self._cache is None:
-            try:
-                self._cache = KernelCache(self._py_func)
-            except RuntimeError as e:  # numba: "cannot cache function ...: no locator available"
-                if "cannot cache" not in str(e):
-                    raise
-                _warn_uncached()
-                self._cache = NullCache()
-        return self._cache
-
-    @property
-    def cache_path(self):
-        return self._made().cache_path
-
-    def load_overload(self, sig, target_context):
-        return self._made().load_overload(sig, target_context)
-
-    def save_overload(self, sig, data):
-        return self._made().save_overload(sig, data)
-
-    def flush(self) -> None:
-        self._made().flush()
+    def __call__(self, *args, **kwargs):
+        return self.compiled()(*args, **kwargs)
 
     def __getattr__(self, name):
-        return getattr(self._made(), name)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.compiled(), name)
+
+    def __repr__(self) -> str:
+        return f"<declared {self.kind} {self.py_func.__module__}.{self.py_func.__qualname__}>"
 
 
-def _njit(**options):
-    compile_with = nb.njit(cache=False, **options)
+class DeferredModule:
+    """A module imported when first used (``types = DeferredModule("numba.core.types")`` in code
+    that builds intrinsics): the name resolves at typing time, after ``materialize``."""
 
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute):
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+_declared: list[Declared] = []  # not yet materialized, in definition order
+_materialize_lock = threading.RLock()
+_backend = None  # numba_backend, once materialized
+
+
+def materialized() -> bool:
+    """Whether numba is imported and every declared function compiled-or-loadable (``materialize``)."""
+    return _backend is not None
+
+
+def materialize():
+    """Import numba and make every declared function a numba dispatcher (or intrinsic); rebind the
+    names that hold a declared function, in the package's modules and the modules that declared
+    one, to what it became. Idempotent and thread-safe; returns ``numba_backend``."""
+    global _backend
+    if _backend is not None:
+        return _backend
+    with _materialize_lock:
+        if _backend is None:
+            from . import numba_backend as backend
+
+            backend.attach(sys.modules[__name__])
+            modules = {name for name in sys.modules if name == "kimi_tok" or name.startswith("kimi_tok.")}
+            for declared in _declared:
+                declared._compiled = _make(backend, declared)
+                modules.add(declared.py_func.__module__)
+            for name in modules:
+                _rebind(sys.modules.get(name))
+            _declared.clear()
+            _backend = backend
+    return _backend
+
+
+def _make(backend, declared: Declared):
+    return backend.make_dispatcher(declared) if declared.kind == "function" else backend.make_intrinsic(declared)
+
+
+def _rebind(module) -> None:
+    namespace = getattr(module, "__dict__", None)
+    if namespace is None:
+        return
+    for key, value in list(namespace.items()):
+        if isinstance(value, Declared):
+            namespace[key] = value._compiled
+        elif isinstance(value, DeferredModule):
+            namespace[key] = importlib.import_module(value._name)
+
+
+def _declare(kind: str, **options):
     def decorate(func):
-        dispatcher = compile_with(func)
-        if isinstance(dispatcher, CPUDispatcher):  # not with NUMBA_DISABLE_JIT
-            dispatcher._cache = _DeferredCache(func)  # what ``cache=True`` sets up, made when first used
-            dispatcher.__class__ = KernelDispatcher
-            KERNELS[f"{func.__module__}.{func.__qualname__}"] = dispatcher
-        return dispatcher
+        declared = Declared(func, kind, options)
+        with _materialize_lock:
+            if _backend is None:
+                _declared.append(declared)
+                return declared
+        declared._compiled = _make(_backend, declared)  # a module imported after materialize
+        return declared._compiled
 
     return decorate
 
 
-# -- loading cached kernels -----------------------------------------------------------------------
-#
-# A cached kernel holds its machine code and, for linking into kernels compiled later, its LLVM
-# bitcode. numba parses that bitcode and lists its symbols on every load, ~2/3 of a load
-# (measured: 115 of ~190 ms for the fan-out kernels); a process whose kernels are all cached never
-# links one. So a kernel loaded from the cache parses its bitcode only when a compile links it.
+def intrinsic(func):
+    """``numba.extending.intrinsic``, declared (see ``Declared``)."""
+    return _declare("intrinsic")(func)
 
 
-class _LazyBitcodeLibrary(JITCodeLibrary):
-    """A library loaded from the cache whose bitcode is parsed when first linked into a compile."""
-
-    _pending_bitcode: bytes | None = None
-
-    @property
-    def _shared_module(self):
-        if self._pending_bitcode is not None:
-            bitcode, self._pending_bitcode = self._pending_bitcode, None
-            self.__dict__["_parsed_shared_module"] = llvm.parse_bitcode(bitcode)
-        return self.__dict__.get("_parsed_shared_module")
-
-    @_shared_module.setter
-    def _shared_module(self, module) -> None:
-        self.__dict__["_parsed_shared_module"] = module
+def cache_location() -> str:
+    """Where the kernels are cached, in words (for messages)."""
+    return materialize().cache_location()
 
 
-class _KernelCacheImpl(CompileResultCacheImpl):
-    def rebuild(self, target_context, payload):
-        """``CompileResult._rebuild`` with a ``_LazyBitcodeLibrary``; numba's own for anything else."""
-        codegen = target_context.codegen()
-        if len(payload) != 9 or codegen._library_class is not JITCodeLibrary or payload[0][1] != "object":
-            return super().rebuild(target_context, payload)
-        libdata, fndesc, env, signature, objectmode, lifted, typeann, reload_init, referenced_envs = payload
-        for fn in reload_init or ():
-            fn()
-        name, _, (object_code, bitcode) = libdata
-        library = _LazyBitcodeLibrary(codegen, name)
-        library.enable_object_caching()
-        library._set_compiled_object(object_code)
-        library._pending_bitcode = bitcode
-        library._finalize_final_module()
-        # what numba learns from the bitcode's symbols: the names a caller looks up in this library
-        codegen._engine._defined_symbols.update(
-            {fndesc.llvm_func_name, fndesc.llvm_cpython_wrapper_name, fndesc.llvm_cfunc_wrapper_name})
-        cfunc = target_context.get_executable(library, fndesc, env)
-        result = CompileResult(target_context=target_context, typing_context=target_context.typing_context,
-                               library=library, environment=env, entry_point=cfunc, fndesc=fndesc,
-                               type_annotation=typeann, signature=signature, objectmode=objectmode, lifted=lifted,
-                               typing_error=None, call_helper=None, metadata=None, reload_init=reload_init,
-                               referenced_envs=referenced_envs)
-        for referenced in referenced_envs:
-            library.codegen.set_env(referenced.env_name, referenced)
-        return result
+def caches_kernels() -> bool:
+    """Whether compiled kernels are saved where later processes find them (else each compiles them)."""
+    return materialize().caches_kernels()
 
 
-class KernelCache(FunctionCache):
-    """numba's per-function disk cache, loading with ``_LazyBitcodeLibrary``; a folder it cannot
-    write but that holds kernels already is read (``_PrebuiltFolder``), and a kernel compiled there
-    is not saved."""
-
-    _impl_class = _KernelCacheImpl
-
-    def save_overload(self, sig, data) -> None:
-        if getattr(self._impl.locator, "read_only", False):
-            return
-        try:
-            super().save_overload(sig, data)
-        except OSError:  # the folder became unwritable (or full): the kernel is compiled again next time
-            pass
-
-
-_folder_checks: dict[str, tuple[bool, bool]] = {}  # folder -> (writable, holds cached kernels)
+def __getattr__(name: str):
+    """numba-specific names (``KernelDispatcher``, the cache folders) from ``numba_backend``."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(materialize(), name)
 
 
 def _writable(folder: str) -> bool:
@@ -393,89 +388,14 @@ def _writable(folder: str) -> bool:
         return False
 
 
-def _check_folder(folder: str) -> tuple[bool, bool]:
-    checked = _folder_checks.get(folder)
-    if checked is None:
-        writable = _writable(folder)
-        try:
-            holds = not writable and any(name.endswith(".nbi") for name in os.listdir(folder))
-        except OSError:
-            holds = False
-        checked = _folder_checks[folder] = (writable, holds)
-    return checked
-
-
-class _PrebuiltFolder:
-    """numba takes a cache folder only if it can write there, so a cache built ahead (``kimi-tok
-    warmup`` in a container image, a wheel's install step) is ignored where the files are read-only
-    when it runs, and every process compiles again. This takes such a folder for reading when it
-    holds cached kernels; saving is skipped (``KernelCache.save_overload``)."""
-
-    read_only = False
-
-    @classmethod
-    def from_function(cls, py_func, py_file):
-        if not os.path.exists(py_file):
-            return None
-        self = cls(py_func, py_file)
-        writable, holds_kernels = _check_folder(self.get_cache_path())
-        if writable:
-            return self
-        if holds_kernels:
-            self.read_only = True
-            return self
-        return None
-
-    def ensure_cache_path(self) -> None:
-        if not self.read_only:
-            super().ensure_cache_path()
-
-
-class _PrebuiltUserProvidedFolder(_PrebuiltFolder, UserProvidedCacheLocator):
-    @classmethod
-    def from_function(cls, py_func, py_file):
-        return super().from_function(py_func, py_file) if config.CACHE_DIR else None
-
-
-class _PrebuiltInTreeFolder(_PrebuiltFolder, InTreeCacheLocator):
-    pass
-
-
-_KernelCacheImpl._locator_classes = [_PrebuiltUserProvidedFolder, _PrebuiltInTreeFolder,
-                                     *CompileResultCacheImpl._locator_classes[2:]]
-
-
-def cache_location() -> str:
-    """Where the kernels are cached, in words (for messages)."""
-    for name, dispatcher in KERNELS.items():
-        if name.startswith("kimi_tok.") and isinstance(dispatcher._cache, _DeferredCache):
-            made = dispatcher._cache._made()
-            if isinstance(made, NullCache):
-                break
-            path = Path(made.cache_path)
-            return f"the __pycache__ folders under {PACKAGE_DIR}" if PACKAGE_DIR in path.parents else str(path.parent)
-    return "nowhere: numba has no writable cache directory (set NUMBA_CACHE_DIR)"
-
-
 _notice = {"printed": False, "workers": 1}
 _notice_lock = threading.Lock()
-
-
-def caches_kernels() -> bool:
-    """Whether compiled kernels are saved where later processes find them (else each compiles them)."""
-    if config.DISABLE_JIT:
-        return False
-    for name, dispatcher in KERNELS.items():
-        if name.startswith("kimi_tok.") and isinstance(dispatcher._cache, _DeferredCache):
-            made = dispatcher._cache._made()
-            return not isinstance(made, NullCache) and not getattr(made._impl.locator, "read_only", False)
-    return False
 
 
 def compile_notice(workers: int = 1, background: bool = False) -> str:
     """The line printed when kernels are compiled: what, why, about how long, where, and how to do it ahead."""
     seconds = max(5, round(COLD_COMPILE_SECONDS / max(1, min(workers, 4)) * 1.2))
-    where = "NUMBA_CACHE_DIR=" + config.CACHE_DIR if config.CACHE_DIR else cache_location()
+    where = "NUMBA_CACHE_DIR=" + numba_cache_dir() if numba_cache_dir() else cache_location()
     how = (f", in {workers} background process{'es' if workers > 1 else ''} (about {seconds} s; until then calls run "
            f"on a slower interpreted path with the same ids)" if background else f" (about {seconds} s)")
     return (f"kimi_tok: compiling its numba kernels for this machine, once{how}; later processes load "
@@ -494,69 +414,11 @@ def announce_compile(workers: int = 1, background: bool = False) -> bool:
     return True
 
 
-class _CompileListener(event.Listener):
-    """Records every compile of a kimi_tok kernel (a cache miss); the first one prints the notice."""
-
-    def on_start(self, ev) -> None:
-        dispatcher = ev.data.get("dispatcher")
-        if isinstance(dispatcher, KernelDispatcher):
-            COMPILED.append((f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}",
-                             tuple(ev.data.get("args", ()))))
-            if not _notice["printed"]:
-                announce_compile(_notice["workers"])
-
-    def on_end(self, ev) -> None:
-        pass
-
-
-event.register("numba:compile", _CompileListener())
-
-
-# numba's inliner (``inline="always"``) copies the callee's IR block by block, each block with a
-# ``copy.deepcopy`` of its own, so every block drags along its own copy of the callee's whole
-# scope: quadratic in the callee's size. One memo per inlining copies the scope once; the IR it
-# produces is the same (checked: identical LLVM for the Kimi scanner). Measured: the scanner's
-# inlining took 8.4 of 54 s of a first compile before, 1.0 s after.
-try:
-    from numba.core import inline_closurecall as _inliner
-
-    _numba_inline_ir = _inliner.InlineWorker.inline_ir
-    _inliner.copy  # noqa: B018 (the module it copies with: replaced during one inlining)
-except (ImportError, AttributeError):  # another numba: its own inliner
-    _inliner = None
-
-
-class _OneMemoCopy:
-    """The ``copy`` module as the inliner sees it during one inlining: one memo for all blocks."""
-
-    def __init__(self) -> None:
-        self.memo: dict = {}
-
-    def deepcopy(self, x, memo=None):
-        return copy.deepcopy(x, self.memo if memo is None else memo)
-
-    def __getattr__(self, name):
-        return getattr(copy, name)
-
-
-def _inline_ir_with_one_memo(self, *args, **kwargs):
-    saved = _inliner.copy
-    _inliner.copy = _OneMemoCopy()  # numba compiles under its global lock: no other inlining meanwhile
-    try:
-        return _numba_inline_ir(self, *args, **kwargs)
-    finally:
-        _inliner.copy = saved
-
-
-if _inliner is not None:
-    _inliner.InlineWorker.inline_ir = _inline_ir_with_one_memo
-
-
 # Hot kernels write a subscript known to be >= 0 as ``a[index(i)]``: numba wraps a negative signed
 # index around (``a[-1]`` is the last item), a compare and select on every access that also keeps
 # loops from vectorizing; an unsigned index skips that. Measured: BPE of a fresh prompt 15-20% faster.
 index = np.uintp
 
-kernel = _njit(nogil=True)
-leaf = _njit(nogil=True, _nrt=False)
-leaf_inline = _njit(nogil=True, _nrt=False, inline="always")
+kernel = _declare("function", nogil=True)
+leaf = _declare("function", nogil=True, _nrt=False)
+leaf_inline = _declare("function", nogil=True, _nrt=False, inline="always")

@@ -9,8 +9,10 @@ instructions (AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
+
+from .jit import DeferredModule, intrinsic
+
+types = DeferredModule("numba.core.types")  # read when numba types a call (it is imported by then)
 
 BLOCK_BYTES = 64
 N_CLASSES = 8  # the masks ascii_classes returns, in this order:

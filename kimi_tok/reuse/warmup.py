@@ -45,7 +45,6 @@ from ..pipeline.bpe import build_bpe_tables, grown_piece_cache, new_piece_cache
 from ..pipeline.decode import Decoder
 from ..pipeline.offsets import token_spans
 from ..vocab import parse_tiktoken_bpe
-from ..vocab.files import VOCABULARY_PATH
 from .encode_ahead import OutputMemory
 from .segment_cache import SegmentCache
 
@@ -268,7 +267,6 @@ def warm_up_everything(tokenizers: Callable[[], list], *, processes: bool = True
     if index == 0:
         vocabulary = parse_tiktoken_bpe(_TINY_MODEL, "warm-up vocabulary")  # reading a tiktoken file
         build_bpe_tables(vocabulary.token_bytes, vocabulary.token_offsets)  # a new vocabulary's tables
-        jit.record_cached_paths([VOCABULARY_PATH])
     wait_for_background()
     shared = 0
     for position, tok in enumerate(tokenizers()):
@@ -401,15 +399,15 @@ def starts_cold(policy: Policy, fuses: bool, with_reuse: bool) -> bool:
     """Whether a Tokenizer with this policy should answer with the interpreted engine while worker
     processes compile its kernels (``Policy.cold_start``): they are not cached yet, and the
     processes' work would be (numba can save kernels here)."""
-    return (policy.cold_start == "background" and not os.environ.get(jit.WORKER_ENV) and jit.caches_kernels()
-            and not kernels_cached(policy, fuses, with_reuse))
+    return (policy.cold_start == "background" and not os.environ.get(jit.WORKER_ENV)
+            and not kernels_cached(policy, fuses, with_reuse) and jit.caches_kernels())  # (this imports numba)
 
 
 def build_kernels_first(policy: Policy, fuses: bool, with_reuse: bool) -> None:
     """With ``cold_start="wait"``: a Tokenizer whose kernels are not cached has worker processes
     compile them before it goes on (``compile_jobs`` cores at once instead of one)."""
-    if (policy.cold_start != "wait" or os.environ.get(jit.WORKER_ENV) or not jit.caches_kernels()
-            or kernels_cached(policy, fuses, with_reuse)):
+    if (policy.cold_start != "wait" or os.environ.get(jit.WORKER_ENV) or kernels_cached(policy, fuses, with_reuse)
+            or not jit.caches_kernels()):
         return
     jit.announce_compile(policy.compile_jobs)
     KernelBuild.started(policy.compile_jobs).wait_until(lambda: kernels_cached(policy, fuses, with_reuse))

@@ -13,8 +13,7 @@ import hashlib
 import json
 from importlib import resources
 
-from ..native import jit
-from .files import VOCABULARY_PATH, Vocabulary, parse_tiktoken_bpe, parse_well_formed_tiktoken_bpe
+from .files import Vocabulary, parse_well_formed_tiktoken_bpe
 
 KIMI_K3_SHA256 = "b6c497a7469b33ced9c38afb1ad6e47f03f5e5dc05f15930799210ec050c5103"
 KIMI_K3_VOCAB = "kimi_k3.tiktoken.gz"
@@ -50,11 +49,6 @@ def kimi_k3_special_tokens() -> dict[str, int]:
 
 
 def embedded_kimi_k3() -> tuple[Vocabulary, dict[str, int]]:
-    """The Kimi K3 vocabulary shipped in the package (sha256-checked) and its special tokens. Parsed
-    by a compiled kernel once that is cached, before that in Python (no compile before a first call)."""
-    data = kimi_k3_model_bytes()
-    if VOCABULARY_PATH in jit.cached_paths():
-        vocabulary = parse_tiktoken_bpe(data, f"kimi_tok/data/{KIMI_K3_VOCAB}")
-    else:
-        vocabulary = parse_well_formed_tiktoken_bpe(data)
-    return vocabulary, kimi_k3_special_tokens()
+    """The Kimi K3 vocabulary shipped in the package (sha256-checked, so well formed: parsed with
+    NumPy, no kernel and so no numba before a first call) and its special tokens."""
+    return parse_well_formed_tiktoken_bpe(kimi_k3_model_bytes()), kimi_k3_special_tokens()

@@ -9,6 +9,7 @@ worker processes, is tests/native/test_cold_start.py.
 
 from __future__ import annotations
 
+import random
 import sys
 import threading
 
@@ -51,11 +52,34 @@ def test_safe_substrings_equals_the_readable_spec(text):
     assert safe_substrings(text) == _educational.safe_substrings(text)
 
 
-def test_embedded_vocabulary_parsed_in_python_equals_the_kernel():
+def test_embedded_vocabulary_parsed_with_numpy_equals_the_kernel():
     data = kimi_k3_model_bytes()
-    python, compiled = parse_well_formed_tiktoken_bpe(data), parse_tiktoken_bpe(data, "k3")
+    parsed, compiled = parse_well_formed_tiktoken_bpe(data), parse_tiktoken_bpe(data, "k3")
     for field in compiled._fields:
-        assert np.array_equal(getattr(python, field), getattr(compiled, field)), field
+        assert np.array_equal(getattr(parsed, field), getattr(compiled, field)), field
+
+
+def test_numpy_parse_of_shuffled_lines_crlf_and_blank_lines_equals_the_kernel():
+    lines = [line for line in kimi_k3_model_bytes().split(b"\n") if line]
+    random.Random(3).shuffle(lines)
+    lines = lines[:5000]
+    renumbered = {rank: new for new, rank in enumerate(sorted(int(line.split()[1]) for line in lines))}
+    data = b"\r\n\r\n".join(line.split()[0] + b" " + str(renumbered[int(line.split()[1])]).encode() for line in lines)
+    parsed, compiled = parse_well_formed_tiktoken_bpe(data), parse_tiktoken_bpe(data, "shuffled")
+    for field in compiled._fields:
+        assert np.array_equal(getattr(parsed, field), getattr(compiled, field)), field
+
+
+@pytest.mark.parametrize("data, what", [
+    (b"YQ== 0\nYg== 2\n", "ranks must be exactly 0..1"),
+    (b"YQ== 0\nYg==  1\n", "one 'base64 rank' per line"),
+    (b"YQ== 0\nY!== 1\n", "invalid base64"),
+    (b"YQ= 0\n", "multiple of 4"),
+    (b"YQ== x\n", "not a number"),
+])
+def test_numpy_parse_rejects_what_is_not_well_formed(data, what):
+    with pytest.raises(ValueError, match=what):
+        parse_well_formed_tiktoken_bpe(data)
 
 
 @settings(max_examples=300, **SETTINGS)
