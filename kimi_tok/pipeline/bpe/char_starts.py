@@ -3,7 +3,8 @@
 BPE starts a piece from single bytes; in Chinese text most merges only rebuild characters from
 their UTF-8 bytes (three bytes, two merges, four pair look-ups each). ``char_starts[cp]`` gives
 the ids BPE makes of code point ``cp``'s bytes alone (one or two tokens) where starting from them
-gives the same ids as starting from the bytes; elsewhere 0, and the character starts as bytes.
+gives the same ids as starting from the bytes, or the ids of a stage of that merge (below);
+elsewhere 0, and the character starts as bytes.
 
 Why it is exact. Write ``solo(c)`` for the ids BPE makes of character ``c`` alone and
 ``lastrank(c)`` for the highest rank among those ids (every merge on ``c`` alone makes a token of
@@ -19,9 +20,15 @@ merges is always available at a rank of at most ``lastrank(c)``, so a straddle r
 started so. The other way round, a pair that exists at the start only because ``c`` starts
 whole contains an id of ``solo(c)``, so it ranks above everything needed to build that id: it
 cannot be merged earlier than when starting from bytes, nor can anything that would have beaten
-it there be merged later. A character with a straddle below its ``lastrank`` starts as bytes
-(a conservative rule: the text around it is not looked at). Tested against the byte start and
-tiktoken (tests/pipeline/test_char_starts.py).
+it there be merged later.
+
+Stages. Where the lowest straddle ``s`` of ``c`` ranks below ``lastrank(c)``, the same argument
+holds for the merges of ``c`` alone that rank below ``s`` (ranks rise along a merge, so they are
+the first ones): until they are done one of them is available below ``s``, so no straddle comes
+first, and they commute with every merge outside ``c`` that happens meanwhile. ``c`` then starts
+from the parts they leave, when at most two (Thai and Devanagari letters: the lead and first
+continuation byte merged, the last byte alone, instead of three bytes). Tested against the byte
+start and tiktoken (tests/pipeline/test_char_starts.py).
 """
 
 from __future__ import annotations
@@ -75,9 +82,10 @@ def _utf8(cp, out):
 
 
 @leaf
-def _solo(tables, raw, n, parts, ends):
-    """BPE of ``raw[:n]`` alone (leftmost lowest merge first) into ``parts``/``ends`` (each part's end);
-    returns ``(count, lastrank)``; ``lastrank`` is -1 when nothing merges."""
+def _solo(tables, raw, n, parts, ends, below):
+    """BPE of ``raw[:n]`` alone (leftmost lowest merge first), merging only pairs ranked below ``below``,
+    into ``parts``/``ends`` (each part's end); returns ``(count, lastrank)``; ``lastrank`` is -1 when
+    nothing merges."""
     for i in range(n):
         parts[i] = tables.byte_rank[raw[i]]
         ends[i] = i + 1
@@ -91,7 +99,7 @@ def _solo(tables, raw, n, parts, ends):
             if r < best:
                 best = r
                 at = i
-        if at < 0:
+        if at < 0 or best >= below:
             break
         last = max(last, best)
         parts[at] = best
@@ -169,11 +177,16 @@ def build_char_starts(tables, left, right):
         if cp >= 0xD800 and cp < 0xE000:
             continue  # surrogates are never encoded
         n = _utf8(cp, raw)
-        count, last = _solo(tables, raw, n, parts, ends)
-        if last < 0 or count > 2:
-            continue  # nothing merges (bytes are the start), or more ids than a start holds
-        if _lowest_straddle(straddle_bytes, sub_offsets, chosen, raw, n) < last:
-            continue
+        count, last = _solo(tables, raw, n, parts, ends, NO_MERGE)
+        if last < 0:
+            continue  # nothing merges: bytes are the start
+        lowest = _lowest_straddle(straddle_bytes, sub_offsets, chosen, raw, n)
+        if lowest < last:  # only the merges below the lowest straddle happen before anything reaches in
+            count, last = _solo(tables, raw, n, parts, ends, lowest)
+            if last < 0:
+                continue
+        if count > 2:
+            continue  # more ids than a start holds
         value = np.uint64(count) << np.uint64(COUNT_SHIFT)
         value |= np.uint64(parts[0])
         if count == 2:
