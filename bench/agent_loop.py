@@ -66,7 +66,7 @@ from bench.bench import (  # noqa: E402
     save_plot,
     rss_bytes,
 )
-from bench import realtext  # noqa: E402
+from bench import realtext, settled  # noqa: E402
 from kimi_tok.samples import render_chat, sample_prompt, sample_text  # noqa: E402
 
 Segment = tuple[str, bool]
@@ -179,7 +179,7 @@ def make_cached_tokenizers(n: int, policy: kimi_tok.Policy | None = None) -> lis
     vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
     more = [kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, name="kimi_k3", policy=first.policy)
             for _ in range(n - 1)]
-    return [first, *more]
+    return list(settled(first, *more))
 
 
 def load_instances(args: argparse.Namespace, cached: list[kimi_tok.Tokenizer], plain: kimi_tok.Tokenizer):
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> tuple[list[TurnResult], dict]:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     rss_start = rss_bytes()
     cached = make_cached_tokenizers(args.repeats)
-    plain = kimi_tok.kimi_k3(segment_cache_bytes=0)
+    (plain,) = settled(kimi_tok.kimi_k3(segment_cache_bytes=0))
     encoders = load_instances(args, cached, plain)
     order = list(encoders)
 

@@ -26,6 +26,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 import kimi_tok  # noqa: E402
+from bench import settled  # noqa: E402
 from kimi_tok.samples import sample_prompt  # noqa: E402
 
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.prompts < 1 or args.chars < 1 or args.rounds < 1:
         parser.error("--prompts, --chars and --rounds must be positive")
-    tok = kimi_tok.kimi_k3(n_jobs=args.n_jobs, segment_cache_bytes=0 if args.no_cache else 256 << 20)
+    (tok,) = settled(kimi_tok.kimi_k3(n_jobs=args.n_jobs, segment_cache_bytes=0 if args.no_cache else 256 << 20))
 
     warm = prompts(args.prompts, args.chars, 10**9)  # compiles, warms the pools and piece caches
     looped = [tok.encode_segments(p).ids for p in warm]

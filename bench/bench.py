@@ -57,6 +57,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench import settled  # noqa: E402
 from bench.realtext import KINDS, MB, TABLE_KINDS, Pool, real_prompt  # noqa: E402
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
@@ -219,6 +220,7 @@ def per_kind_worker(args: argparse.Namespace) -> int:
     warm = sample_text(20_000, seed=999_999)  # synthetic: shares no text with the pool
     for fn in encoders.values():
         fn(warm)
+    settled(tok)
     names = list(encoders)
     out: dict = {"encoders": names, "versions": {n: p.version for n, p in peers.items()},
                  "kimi_tok_version": getattr(kimi_tok, "__version__", "?"), "skipped": skipped,
@@ -354,7 +356,7 @@ def rerender(segments: Segments) -> list[tuple[str, bool]]:
 def serving_encoders(peers: dict) -> dict[str, Callable[[Segments], object]]:
     import kimi_tok
 
-    cached, plain = kimi_tok.kimi_k3(), kimi_tok.kimi_k3(segment_cache_bytes=0)
+    cached, plain = settled(kimi_tok.kimi_k3(), kimi_tok.kimi_k3(segment_cache_bytes=0))
     run_serving.tokenizers = (cached, plain)  # for --profile and the memory line
     return {
         KIMI: lambda segments: cached.encode_segments(segments).into_numpy()["ids"],

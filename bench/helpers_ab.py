@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 
 import kimi_tok
+from bench import settled
 from bench.agent_loop import chars_per_token, conversation, make_cached_tokenizers, rerender
 from bench.turn_timeline import load_baseline
 from kimi_tok.reuse import parking
@@ -42,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.instances < 1 or not 0 <= args.timed_from < args.turns:
         p.error("--instances must be >= 1 and --timed-from within --turns")
-    plain = kimi_tok.kimi_k3(segment_cache_bytes=0)
+    (plain,) = settled(kimi_tok.kimi_k3(segment_cache_bytes=0))
     turns = conversation(args.turns, int(args.target_tokens * chars_per_token(plain.count_tokens)), args.seed)
     policies = {kind: kimi_tok.Policy.from_env().replace(parked_helpers=kind == "parked", helpers=1) for kind in KINDS}
     tokenizers = [(kind, tok) for kind in KINDS for tok in make_cached_tokenizers(args.instances, policies[kind])]

@@ -27,6 +27,7 @@ import kimi_tok.engine.engine as engine_module
 import kimi_tok.reuse.encode_ahead as reuse
 import kimi_tok.reuse.parking as parking
 from kimi_tok.engine.parts import SharedParts
+from bench import settled
 from bench.agent_loop import chars_per_token, conversation, make_cached_tokenizers, rerender
 from kimi_tok.reuse.segment_cache import SegmentCache
 
@@ -101,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.instances < 2 or args.turns < 2:
         p.error("--instances and --turns must be at least 2")
-    plain = kimi_tok.kimi_k3(segment_cache_bytes=0)
+    (plain,) = settled(kimi_tok.kimi_k3(segment_cache_bytes=0))
     turns = conversation(args.turns, int(args.target_tokens * chars_per_token(plain.count_tokens)), args.seed)
     tokenizers = make_cached_tokenizers(args.instances)
     baseline = load_baseline()

@@ -29,7 +29,7 @@ from .pipeline.decode import Decoder, DecodeStream
 from .pipeline.offsets import token_spans
 from .pipeline.segments import validate_segments
 from .reuse import SegmentReuse
-from .reuse.warmup import KernelBuild, build_kernels_first, kernels_cached, starts_cold, warm_up
+from .reuse.warmup import KernelBuild, build_kernels_first, kernels_cached, start_background, starts_cold, warm_up
 from .vocab import KIMI_PATTERN, Vocabulary, check_special_tokens
 
 Segments = Sequence[tuple[str, bool]]
@@ -92,8 +92,7 @@ class Tokenizer:
             # cached, but numba is not loaded in this process (~0.6 s): short calls go on meanwhile
             self._interpreted = InterpretedEngine(self.mergeable_ranks(), self._special_tokens, pattern)
             self._loading = True
-            threading.Thread(target=self._make_parts, args=(None, kind, True), name="kimi_tok-load",
-                             daemon=True).start()
+            start_background(self._make_parts, (None, kind, True), "kimi_tok-load")  # a fork waits for it
         else:
             build_kernels_first(*kind)
             self._make_parts()

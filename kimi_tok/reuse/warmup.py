@@ -49,7 +49,7 @@ from .encode_ahead import OutputMemory
 from .segment_cache import SegmentCache
 
 __all__ = ["warm_up", "warm_up_everything", "warm_up_all", "KernelBuild", "starts_cold", "kernels_cached",
-           "wait_for_background", "probe_segments", "probe_policy"]
+           "wait_for_background", "start_background", "probe_segments", "probe_policy"]
 
 # Text that takes every branch the stages have: specials in special and in plain segments, words,
 # contractions, numbers, symbols, CJK, emoji, long and short whitespace runs, newlines.
@@ -233,12 +233,17 @@ def warm_up(engine: Engine, reuse=None, decoder=None) -> None:
     if len(jit.COMPILED) > compiled:  # not cached: compile the rest now, while the notice is on screen
         _take(names, engine, reuse, decoder)
         return
-    thread = threading.Thread(target=_take, args=(names, engine, reuse, decoder), name="kimi_tok-warm_up",
-                              daemon=True)
+    start_background(_take, (names, engine, reuse, decoder), "kimi_tok-warm_up")
+
+
+def start_background(target: Callable, args: tuple, name: str) -> threading.Thread:
+    """Run ``target(*args)`` on a daemon thread that loads kernels: ``wait_for_background`` (and a fork) waits for it."""
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
     with _lock:
         _background[:] = [t for t in _background if t.is_alive()]
         _background.append(thread)
     thread.start()
+    return thread
 
 
 def wait_for_background() -> None:
