@@ -565,3 +565,18 @@ def test_short_calls_skip_the_cache(ref):
     assert tok.segment_cache.hits == 3
     with pytest.raises(ValueError, match="min_cached_call_chars"):
         kimi_tok.Policy(min_cached_call_chars=-1)
+
+
+@pytest.mark.parametrize("segments, message", [
+    ([("a", False), (5, False)], "segment 1: text must be a str, not int"),
+    ([("a",)], "segment 0 must be a .text, allow_special. pair"),
+    ([("a", False), None], "segment 1 must be a .text, allow_special. pair, not NoneType"),
+    ([("a", "yes")], "segment 0: allow_special must be a bool, not str"),
+    ((seg for seg in [("a", False)]), "segments must be a list or tuple"),
+])
+def test_short_calls_through_the_cache_name_bad_segments(segments, message):
+    """Short calls go to the engine before the cache's own validation (``reuse._fewer_chars``): the engine's
+    names the same problems."""
+    tok = kimi_tok.kimi_k3(segment_cache_bytes=BIG_BUDGET + 1)
+    with pytest.raises(TypeError, match=message):
+        tok.encode_segments(segments)
