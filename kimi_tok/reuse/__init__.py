@@ -45,7 +45,7 @@ class SegmentReuse:
         hold, then caching them (calls under ``Policy.min_cached_call_chars`` go straight to the engine)."""
         if _fewer_chars(segments, self.policy.min_cached_call_chars):
             # shorter calls skip the segment cache and encoding ahead: the engine validates them, and they cost
-            # what they cost without a cache (the steps below took ~50 us of a 1k-token call with cold caches)
+            # what they cost without a cache (docs/performance.md, "Where kimi_tok's time goes")
             return self.engine.encode(segments, tiktoken_safe, want_ids)
         ahead = EncodeAhead.start(self, segments, tiktoken_safe, want_ids)  # before validation: see its docstring
         if ahead is not None:
