@@ -355,6 +355,11 @@ def _finish_shares(workers: list[subprocess.Popen]) -> list[dict]:
     return results
 
 
+# A build in a process group of its own keeps compiling when Ctrl-C stops the process that started it
+# (Python 3.11+; on 3.10 it stops too, and the next process starts it again).
+_OWN_PROCESS_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {}
+
+
 class KernelBuild:
     """Every kernel compiled into numba's cache by worker processes (``python -m kimi_tok warmup``),
     while this process goes on: it never holds the GIL to compile. One build at a time per
@@ -369,7 +374,7 @@ class KernelBuild:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kimi_tok", "warmup", "--jobs", str(jobs)], stdin=subprocess.DEVNULL,
             stdout=self.output, stderr=subprocess.STDOUT, env={**os.environ, jit.WORKER_ENV: "1"},
-            start_new_session=True)  # not stopped by Ctrl-C meant for this process
+            **_OWN_PROCESS_GROUP)  # not stopped by Ctrl-C meant for this process
 
     @classmethod
     def started(cls, jobs: int) -> "KernelBuild":

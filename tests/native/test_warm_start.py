@@ -59,7 +59,7 @@ def test_importing_kimi_tok_does_not_import_numba():
 
 
 def test_a_warm_process_answers_first_then_loads_without_compiling():
-    """The test session's kernels are cached (conftest warms up): a fresh process loads them."""
+    """The kernels are cached (conftest warms up before any test): a fresh process loads them."""
     expected = Reference().encode_segments(sample_prompt(4_000, seed=11))
     got = _child(WARM_PROCESS)
     assert got["first"] == expected and got["again"] == expected

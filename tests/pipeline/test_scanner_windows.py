@@ -45,9 +45,8 @@ def _pieces(text: str) -> list[str]:
 
 def _check(text: str) -> None:
     got, want = _pieces(text), PCRE2.split(text)
-    if got != want:
-        i = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
-        pytest.fail(f"text {text!r}\npiece {i}: got {got[max(0, i - 3):i + 4]}\nwant {want[max(0, i - 3):i + 4]}")
+    i = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
+    assert got == want, f"text {text!r}\npiece {i}: got {got[max(0, i - 3):i + 4]}\nwant {want[max(0, i - 3):i + 4]}"
 
 
 @pytest.mark.parametrize("tricky", TRICKY)
