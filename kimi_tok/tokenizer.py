@@ -27,7 +27,7 @@ from .native.hugepages import in_huge_pages
 from .pipeline.bpe import BpeTables, cached_bpe_tables
 from .pipeline.decode import Decoder, DecodeStream
 from .pipeline.offsets import token_spans
-from .pipeline.segments import validate_segments
+from .pipeline.segments import count_chars, validate_segments
 from .reuse import SegmentReuse
 from .reuse.warmup import KernelBuild, build_kernels_first, kernels_cached, start_background, starts_cold, warm_up
 from .vocab import KIMI_PATTERN, Vocabulary, check_special_tokens
@@ -267,11 +267,8 @@ class Tokenizer:
     def _waits_for_kernels(self, segments: Segments) -> bool:
         """Whether a call made while a warm start loads the kernels waits for them: its text is
         longer than ``Policy.interpreted_chars_while_loading`` (interpreting it would take longer)."""
-        most = self.policy.interpreted_chars_while_loading
-        try:
-            return sum(len(text) for text, _ in segments) > most
-        except (TypeError, ValueError):  # not (text, flag) pairs: the interpreted path names the problem
-            return False
+        chars = count_chars(segments)  # None: not (text, flag) pairs, and the interpreted path names the problem
+        return chars is not None and chars > self.policy.interpreted_chars_while_loading
 
     # -- decoding and vocabulary ---------------------------------------------------
 

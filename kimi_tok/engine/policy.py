@@ -110,9 +110,10 @@ class Policy:
 
     def __post_init__(self) -> None:
         for name in ("n_jobs", "helpers", "compile_jobs", "interpreted_chars_while_loading", "min_bytes_per_shared_job",
-                     "fan_out_part_bytes", "shrink_per_job", "min_bytes_per_job", "groups_per_job", "min_bytes_per_process_job", "unit_bytes",
-                     "merge_slice_bytes", "min_ahead_plan_chars", "min_ahead_chars", "min_shared_bytes",
-                     "shared_part_bytes", "shared_part_shrink", "min_reused_ids"):
+                     "fan_out_part_bytes", "shrink_per_job", "min_bytes_per_job", "groups_per_job",
+                     "min_bytes_per_process_job", "unit_bytes", "merge_slice_bytes", "min_ahead_plan_chars",
+                     "min_ahead_chars", "min_shared_bytes", "shared_part_bytes", "shared_part_shrink",
+                     "min_reused_ids"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, not {value!r}")

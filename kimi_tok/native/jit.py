@@ -28,6 +28,7 @@ again) and one warning says so. The cache is dropped whole when any module that
 holds compiled code changed (``drop_stale_kernel_caches``), and subscripts known to
 be non-negative are written ``a[index(i)]`` (``index``).
 """
+
 from __future__ import annotations
 
 import ast

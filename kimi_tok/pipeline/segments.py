@@ -72,6 +72,17 @@ def _surrogate_substrings(text: str, tiktoken_safe: bool, flags: np.ndarray) -> 
     ]
 
 
+def count_chars(segments) -> int | None:
+    """The characters of a list or tuple of ``(text, flag)`` pairs, counted without a Python step per
+    segment and before validation (the size that decides how a call runs); None for anything else."""
+    if type(segments) is not list and type(segments) is not tuple:
+        return None
+    try:
+        return sum(map(len, map(itemgetter(0), segments)))
+    except (TypeError, IndexError, KeyError):
+        return None
+
+
 def validate_segments(segments: Sequence) -> list[tuple[str, bool]]:
     """``segments`` as a list of ``(str, bool)``; ``TypeError`` names a bad segment's index."""
     if isinstance(segments, (str, bytes)) or not isinstance(segments, Sequence):

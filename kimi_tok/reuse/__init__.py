@@ -11,12 +11,11 @@ compiled code on Linux: ``parking``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
 
 
 from ..engine.engine import Encoded, Engine
 from ..engine.policy import Policy
-from ..pipeline.segments import validate_segments
+from ..pipeline.segments import count_chars, validate_segments
 from .encode_ahead import EncodeAhead, HelperThreads, OutputMemory, assemble
 from .segment_cache import SegmentCache
 
@@ -43,7 +42,8 @@ class SegmentReuse:
     def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True) -> Encoded:
         """The call's ids (or only their count), encoding only the segments the cache does not
         hold, then caching them (calls under ``Policy.min_cached_call_chars`` go straight to the engine)."""
-        if _fewer_chars(segments, self.policy.min_cached_call_chars):
+        chars = count_chars(segments)
+        if chars is not None and chars < self.policy.min_cached_call_chars:
             # shorter calls skip the segment cache and encoding ahead: the engine validates them, and they cost
             # what they cost without a cache (docs/performance.md, "Where kimi_tok's time goes")
             return self.engine.encode(segments, tiktoken_safe, want_ids)
@@ -64,13 +64,3 @@ class SegmentReuse:
                         cache.draft_runs(segments, tiktoken_safe, plan, speculation.fingerprints))
         return assemble(plan, new_ids, bounds, len(segments), want_ids)
 
-
-def _fewer_chars(segments, limit: int) -> bool:
-    """Whether a list or tuple of ``(text, flag)`` pairs holds fewer than ``limit`` characters, counted
-    without a Python step per segment; False for anything else (the full path validates it)."""
-    if type(segments) is not list and type(segments) is not tuple:
-        return False
-    try:
-        return sum(map(len, map(itemgetter(0), segments))) < limit
-    except (TypeError, IndexError, KeyError):
-        return False
