@@ -86,10 +86,12 @@ def process_pool(n_workers: int):
     """kimi_tok's own loky executor with at least ``n_workers`` workers (never shrunk by a smaller call;
     replaced when broken, e.g. after a worker was killed). Not loky's reusable singleton, which joblib
     reuses and expects to have made itself."""
-    from joblib.externals.loky import ProcessPoolExecutor
-
     global _pool, _pool_workers
     with _pool_lock:
+        # imported under the lock: joblib imported by two threads at once (a call and the warm-up's
+        # thread) can see a partly initialized module
+        from joblib.externals.loky import ProcessPoolExecutor
+
         if _pool is None or n_workers > _pool_workers or _pool._flags.broken is not None or _pool._flags.shutdown:
             old, _pool_workers = _pool, max(_pool_workers, n_workers)
             _pool = ProcessPoolExecutor(max_workers=_pool_workers, timeout=IDLE_SECONDS)
