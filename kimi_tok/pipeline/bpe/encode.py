@@ -6,6 +6,13 @@ piece cache's short table (a copy of the vocabulary's, with the short pieces mer
 longer pieces in the byte-span table (when a filter of the long tokens' hashes lets them), then
 the piece cache's general table. A miss is merged and cached.
 
+Pieces go in blocks of ``PROBE_BLOCK``, one piece at a time with a branch on its length
+(``_block_by_length``), or, after a block where at least ``TINY_SHARE`` of the pieces had one or two
+bytes (digests, ids, numbers), in passes (``_block_in_passes``): there the length of the next piece is
+not predictable and a mispredicted branch per piece cost more than the lookups. Bytes and byte
+pairs are then answered by loads and conditional moves, the longer pieces probed in a pass of
+their own, and only misses branch (docs/performance.md, "Pieces of one or two bytes").
+
 Everything a piece needs, its merge included, is compiled into the loop over the pieces
 (``encode_piece`` is inlined): a call between compiled functions passes each array as a struct
 of seven words, so a call that hands over the tables, the cache and the merge scratch cost more
@@ -20,12 +27,33 @@ from ...native import atomics
 from ...native.hashing import EMPTY, find_span, hash_span
 from ...native.jit import index, kernel, leaf, leaf_inline
 from .merge import merge_any_piece, new_merge_scratch
-from .piece_cache import (IN_GENERAL_TABLE, SHORT_ADDED, SHORT_BASE, SHORT_FULL_EIGHTHS, cache_find, cache_store,
-                          start_short_table_over)
-from .tables import (COUNT_SHIFT, ENTRY_WORDS, MAX_INLINE_IDS, NO_MERGE, SHORT_PIECE_BYTES, entry_count, entry_id, find_entry,
-                     maybe_long_token, put_entry, short_hash, short_key)
+from .piece_cache import (
+    IN_GENERAL_TABLE,
+    SHORT_ADDED,
+    SHORT_BASE,
+    SHORT_FULL_EIGHTHS,
+    cache_find,
+    cache_store,
+    start_short_table_over,
+)
+from .tables import (
+    COUNT_SHIFT,
+    ENTRY_WORDS,
+    MAX_INLINE_IDS,
+    NO_MERGE,
+    SHORT_PIECE_BYTES,
+    entry_count,
+    entry_id,
+    find_entry,
+    maybe_long_token,
+    put_entry,
+    short_hash,
+    short_key,
+)
 
 PROBE_BLOCK = 32  # pieces whose short-table slots are fetched before any of them is looked up
+# a block is encoded in passes after one with at least this share of pieces of one or two bytes
+TINY_SHARE = (1, 2)
 
 
 @leaf_inline
@@ -116,15 +144,153 @@ def encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
     return n_new
 
 
-@leaf
-def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end, cache, scratch, keys):
-    n_out = 0
+@leaf_inline
+def choose(condition, if_true, if_false):
+    """``if_true if condition else if_false`` (integers) by masking: LLVM would make that choice a branch,
+    mispredicted where ``condition`` follows the text."""
+    mask = -atomics.opaque(np.int64(condition))
+    return np.int64(if_false) ^ ((np.int64(if_true) ^ np.int64(if_false)) & mask)
+
+
+@leaf_inline
+def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_out, scratch, keys, block):
+    """The pieces ``p:block_end`` (the first starting at ``start``) as ids at ``out[n_out:]``, in passes
+    that each branch on what is predictable; returns ``(n_out, pieces of one or two bytes)``."""
     byte_rank = tables.byte_rank
     byte_pair_rank = tables.byte_pair_rank
-    short_slots = cache.short_slots  # a copy of the vocabulary's, with the short pieces merged before
+    short_slots = cache.short_slots
     entry_mask = np.uint64(short_slots.shape[0] // ENTRY_WORDS - 1)
     general_slots = cache.slots
     general_mask = np.uint64(general_slots.shape[0] - 1)
+    # 1. Single bytes and byte pairs answered by loads and conditional moves (the length of the
+    #    next piece is not predictable, so a branch on it would often be mispredicted); longer
+    #    pieces listed
+    n_short = 0
+    n_long = 0
+    n_tiny = 0
+    piece_start = start
+    for q in range(p, block_end):
+        piece_stop = piece_end[index(q)]
+        j = q - p
+        b0 = np.int64(buf[index(piece_start)])
+        single = atomics.opaque(byte_rank[index(b0)])
+        pair = atomics.opaque(byte_pair_rank[index(b0 * 256 + buf[index(piece_stop - 1)])])
+        block[index(j)] = choose(piece_stop - piece_start == 1, single, pair)
+        block[index(PROBE_BLOCK + j)] = piece_start
+        # short pieces (3 bytes or more) listed from the front, long ones from the back
+        length = piece_stop - piece_start
+        is_short = np.int64(length >= 3) & np.int64(length <= SHORT_PIECE_BYTES)
+        block[index(choose(is_short, 2 * PROBE_BLOCK + n_short, 3 * PROBE_BLOCK - 1 - n_long))] = j
+        n_short += is_short
+        n_tiny += np.int64(length <= 2)
+        n_long += np.int64(length > SHORT_PIECE_BYTES)
+        piece_start = piece_stop
+    # 2. the listed pieces' keys, the table slots they probe fetched meanwhile
+    for k in range(n_short):
+        j = block[index(2 * PROBE_BLOCK + k)]
+        lo, hi = short_key(buf, block[index(PROBE_BLOCK + j)], piece_end[index(p + j)])
+        h = short_hash(lo, hi)
+        keys[index(3 * j)] = lo
+        keys[index(3 * j + 1)] = hi
+        keys[index(3 * j + 2)] = h
+        atomics.prefetch(short_slots, (h & entry_mask) * np.uint64(ENTRY_WORDS))
+    for k in range(n_long):
+        j = block[index(3 * PROBE_BLOCK - 1 - k)]
+        block[index(j)] = NO_MERGE
+        h = hash_span(buf, block[index(PROBE_BLOCK + j)], piece_end[index(p + j)])
+        keys[index(3 * j)] = 0
+        keys[index(3 * j + 1)] = 0
+        keys[index(3 * j + 2)] = h
+        atomics.prefetch(general_slots, h & general_mask)
+    # 3. most short pieces are tokens: one probe each (the others are looked up or merged below)
+    for k in range(n_short):
+        j = block[index(2 * PROBE_BLOCK + k)]
+        entry, found = find_entry(short_slots, keys[index(3 * j)], keys[index(3 * j + 1)],
+                                  keys[index(3 * j + 2)])
+        block[index(j)] = entry_id(short_slots, entry, 0) if found and entry_count(short_slots, entry) == 1 \
+            else NO_MERGE
+    # 4. the ids in order
+    for q in range(p, block_end):
+        end = piece_end[index(q)]
+        j = q - p
+        rank = block[index(j)]
+        if rank != NO_MERGE:
+            out[index(n_out)] = rank
+            n_out += 1
+        elif end - start == 2:  # not a token, so no merge applies: its two bytes
+            out[index(n_out)] = byte_rank[index(buf[index(start)])]
+            out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
+            n_out += 2
+        else:
+            n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, keys[index(3 * j)],
+                                 keys[index(3 * j + 1)], keys[index(3 * j + 2)])
+        start = end
+    return n_out, n_tiny
+
+
+@leaf_inline
+def _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_out, scratch, keys):
+    """``_block_in_passes`` one piece at a time, branching on each piece's length: faster where most
+    pieces have three bytes or more (the branch is then predictable)."""
+    byte_rank = tables.byte_rank
+    byte_pair_rank = tables.byte_pair_rank
+    short_slots = cache.short_slots
+    entry_mask = np.uint64(short_slots.shape[0] // ENTRY_WORDS - 1)
+    general_slots = cache.slots
+    general_mask = np.uint64(general_slots.shape[0] - 1)
+    n_tiny = 0
+    # the keys of a block's pieces first, the table slots they probe fetched meanwhile
+    piece_start = start
+    for q in range(p, block_end):
+        piece_stop = piece_end[index(q)]
+        if piece_stop - piece_start >= 3:
+            lo, hi, h = piece_key(buf, piece_start, piece_stop)
+            j = 3 * (q - p)
+            keys[index(j)] = lo
+            keys[index(j + 1)] = hi
+            keys[index(j + 2)] = h
+            if piece_stop - piece_start <= SHORT_PIECE_BYTES:
+                atomics.prefetch(short_slots, (h & entry_mask) * np.uint64(ENTRY_WORDS))
+            else:
+                atomics.prefetch(general_slots, h & general_mask)
+        piece_start = piece_stop
+    for q in range(p, block_end):
+        end = piece_end[index(q)]
+        length = end - start
+        n_tiny += np.int64(length <= 2)
+        if length == 1:
+            out[index(n_out)] = byte_rank[index(buf[index(start)])]
+            n_out += 1
+        elif length == 2:  # a fifth of all pieces: the 256 KB byte-pair table answers
+            rank = byte_pair_rank[index(np.int64(buf[index(start)]) * 256 + buf[index(start + 1)])]
+            if rank != NO_MERGE:
+                out[index(n_out)] = rank
+                n_out += 1
+            else:  # not a token, so no merge applies: its two bytes
+                out[index(n_out)] = byte_rank[index(buf[index(start)])]
+                out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
+                n_out += 2
+        else:
+            j = 3 * (q - p)
+            lo, hi, h = keys[index(j)], keys[index(j + 1)], keys[index(j + 2)]
+            if length <= SHORT_PIECE_BYTES:  # most pieces are tokens: their probe first
+                entry, found = find_entry(short_slots, lo, hi, h)
+                if found and entry_count(short_slots, entry) == 1:
+                    out[index(n_out)] = entry_id(short_slots, entry, 0)
+                    n_out += 1
+                    start = end
+                    continue
+            n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
+        start = end
+    return n_out, n_tiny
+
+
+@leaf
+def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end, cache, scratch, keys,
+                block):
+    n_out = 0
+    n_tiny = 0  # pieces of one or two bytes in the last block, of n_last
+    n_last = 1
     for r in range(run_start.shape[0]):
         if run_special[index(r)] >= 0:
             out[index(n_out)] = run_special[index(r)]
@@ -136,48 +302,14 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
         last = first_piece[index(r + 1)]
         while p < last:
             block_end = min(p + PROBE_BLOCK, last)
-            # the keys of a block's pieces first, the table slots they probe fetched meanwhile
-            piece_start = start
-            for q in range(p, block_end):
-                piece_stop = piece_end[index(q)]
-                if piece_stop - piece_start >= 3:
-                    lo, hi, h = piece_key(buf, piece_start, piece_stop)
-                    j = 3 * (q - p)
-                    keys[index(j)] = lo
-                    keys[index(j + 1)] = hi
-                    keys[index(j + 2)] = h
-                    if piece_stop - piece_start <= SHORT_PIECE_BYTES:
-                        atomics.prefetch(short_slots, (h & entry_mask) * np.uint64(ENTRY_WORDS))
-                    else:
-                        atomics.prefetch(general_slots, h & general_mask)
-                piece_start = piece_stop
-            for q in range(p, block_end):
-                end = piece_end[index(q)]
-                length = end - start
-                if length == 1:
-                    out[index(n_out)] = byte_rank[index(buf[index(start)])]
-                    n_out += 1
-                elif length == 2:  # a fifth of all pieces: the 256 KB byte-pair table answers
-                    rank = byte_pair_rank[index(np.int64(buf[index(start)]) * 256 + buf[index(start + 1)])]
-                    if rank != NO_MERGE:
-                        out[index(n_out)] = rank
-                        n_out += 1
-                    else:  # not a token, so no merge applies: its two bytes
-                        out[index(n_out)] = byte_rank[index(buf[index(start)])]
-                        out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
-                        n_out += 2
-                else:
-                    j = 3 * (q - p)
-                    lo, hi, h = keys[index(j)], keys[index(j + 1)], keys[index(j + 2)]
-                    if length <= SHORT_PIECE_BYTES:  # most pieces are tokens: their probe first
-                        entry, found = find_entry(short_slots, lo, hi, h)
-                        if found and entry_count(short_slots, entry) == 1:
-                            out[index(n_out)] = entry_id(short_slots, entry, 0)
-                            n_out += 1
-                            start = end
-                            continue
-                    n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
-                start = end
+            if n_tiny * TINY_SHARE[1] >= n_last * TINY_SHARE[0]:
+                n_out, n_tiny = _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_out,
+                                                 scratch, keys, block)
+            else:
+                n_out, n_tiny = _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_out,
+                                                 scratch, keys)
+            n_last = block_end - p
+            start = piece_end[index(block_end - 1)]
             p = block_end
         run_out_end[index(r)] = n_out
     return n_out
@@ -210,5 +342,6 @@ def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece
     """
     scratch = new_merge_scratch(longest_piece(run_start, run_special, first_piece, piece_end), cache.pair_memo)
     keys = np.empty(3 * PROBE_BLOCK, dtype=np.uint64)
+    block = np.empty(3 * PROBE_BLOCK, dtype=np.int64)  # per piece of a block: its id or NO_MERGE, its start; probes
     return _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end,
-                       cache, scratch, keys)
+                       cache, scratch, keys, block)

@@ -1,0 +1,73 @@
+"""BPE of a block of pieces: one piece at a time, or in passes where most pieces have one or two bytes
+(encode._block_in_passes), with the same ids either way."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import numpy as np
+import pytest
+
+import kimi_tok
+from kimi_tok.native import atomics
+from kimi_tok.pipeline.bpe import encode
+from tests.parity import assert_parity
+
+
+@pytest.fixture(scope="module")
+def tok() -> kimi_tok.Tokenizer:
+    return kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+
+
+def _pairs_that_are_not_tokens(tok: kimi_tok.Tokenizer) -> list[str]:
+    ranks = tok.mergeable_ranks()
+    pairs = [a + b for a in string.punctuation for b in string.punctuation if (a + b).encode() not in ranks]
+    assert pairs, "every pair of ASCII punctuation is a token: pick other pairs"
+    return pairs
+
+
+def _tiny_piece_text(rng: random.Random, tok: kimi_tok.Tokenizer, n_lines: int) -> str:
+    """Mostly pieces of one or two bytes (hex digests, digit groups), with pairs that are not tokens,
+    pieces longer than the short table's keys and short pieces that merge into several ids among them."""
+    odd_pairs = _pairs_that_are_not_tokens(tok)
+    lines = []
+    for _ in range(n_lines):
+        parts = [f"{rng.getrandbits(128):032x}", str(rng.randrange(10 ** 9)), rng.choice(odd_pairs)]
+        if rng.random() < 0.3:
+            parts.append(rng.choice(["internationalization", " " * rng.randrange(16, 40), "qzxvbk", "ẞẞẞ"]))
+        rng.shuffle(parts)
+        lines.append(" ".join(parts))
+    return "\n".join(lines)
+
+
+def test_blocks_of_tiny_pieces_give_reference_ids(tok, ref):
+    rng = random.Random(20261202)
+    for n_lines in (1, 3, 40, 2_000):
+        assert_parity(tok, ref, [(_tiny_piece_text(rng, tok, n_lines), False)], tiktoken_safe=False)
+
+
+def test_text_that_switches_between_tiny_and_long_pieces_gives_reference_ids(tok, ref):
+    """Blocks switch between the two ways as the share of one- and two-byte pieces changes."""
+    rng = random.Random(7)
+    prose = "Permission is hereby granted, free of charge, to any person obtaining a copy of this software. "
+    text = "".join(_tiny_piece_text(rng, tok, rng.randrange(1, 30)) + prose * rng.randrange(1, 6) for _ in range(60))
+    assert_parity(tok, ref, [(text, False)], tiktoken_safe=False)
+    assert_parity(tok, ref, [(text[k:k + 997], k % 2 == 0) for k in range(0, len(text), 997)])
+
+
+def test_choose_picks_either_value():
+    for condition, want in ((True, 163_327), (False, -5), (np.True_, 163_327), (np.False_, -5)):
+        assert encode.choose(condition, 163_327, -5) == want
+    assert encode.choose(True, np.int32(0x7FFFFFFF), 0) == 0x7FFFFFFF
+
+
+def test_opaque_returns_its_value():
+    import numba
+
+    @numba.njit
+    def through(x):
+        return atomics.opaque(x) + atomics.opaque(np.uint64(x))
+
+    assert through(41) == 82
+    assert through(2 ** 40) == 2 ** 41
