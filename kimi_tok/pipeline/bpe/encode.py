@@ -7,7 +7,7 @@ longer pieces in the byte-span table (when a filter of the long tokens' hashes l
 the piece cache's general table. A miss is merged and cached.
 
 Pieces go in blocks of ``PROBE_BLOCK``, one piece at a time with a branch on its length
-(``_block_by_length``), or, after a block where at least ``TINY_SHARE`` of the pieces had one or two
+(``_block_by_length``), or, where at least ``TINY_SHARE`` of a block's pieces have one or two
 bytes (digests, ids, numbers), in passes (``_block_in_passes``): there the length of the next piece is
 not predictable and a mispredicted branch per piece cost more than the lookups. Bytes and byte
 pairs are then answered by loads and conditional moves, the longer pieces probed in a pass of
@@ -52,8 +52,8 @@ from .tables import (
 )
 
 PROBE_BLOCK = 32  # pieces whose short-table slots are fetched before any of them is looked up
-# a block is encoded in passes after one with at least this share of pieces of one or two bytes
-TINY_SHARE = (1, 2)
+# a block with at least this share of pieces of one or two bytes is encoded in passes
+TINY_SHARE = (5, 8)
 
 
 @leaf_inline
@@ -155,7 +155,7 @@ def choose(condition, if_true, if_false):
 @leaf_inline
 def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_out, scratch, keys, block):
     """The pieces ``p:block_end`` (the first starting at ``start``) as ids at ``out[n_out:]``, in passes
-    that each branch on what is predictable; returns ``(n_out, pieces of one or two bytes)``."""
+    that each branch on what is predictable; returns the new ``n_out``."""
     byte_rank = tables.byte_rank
     byte_pair_rank = tables.byte_pair_rank
     short_slots = cache.short_slots
@@ -167,7 +167,6 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
     #    pieces listed
     n_short = 0
     n_long = 0
-    n_tiny = 0
     piece_start = start
     for q in range(p, block_end):
         piece_stop = piece_end[index(q)]
@@ -182,7 +181,6 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
         is_short = np.int64(length >= 3) & np.int64(length <= SHORT_PIECE_BYTES)
         block[index(choose(is_short, 2 * PROBE_BLOCK + n_short, 3 * PROBE_BLOCK - 1 - n_long))] = j
         n_short += is_short
-        n_tiny += np.int64(length <= 2)
         n_long += np.int64(length > SHORT_PIECE_BYTES)
         piece_start = piece_stop
     # 2. the listed pieces' keys, the table slots they probe fetched meanwhile
@@ -225,7 +223,7 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
             n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, keys[index(3 * j)],
                                  keys[index(3 * j + 1)], keys[index(3 * j + 2)])
         start = end
-    return n_out, n_tiny
+    return n_out
 
 
 @leaf_inline
@@ -238,7 +236,6 @@ def _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_
     entry_mask = np.uint64(short_slots.shape[0] // ENTRY_WORDS - 1)
     general_slots = cache.slots
     general_mask = np.uint64(general_slots.shape[0] - 1)
-    n_tiny = 0
     # the keys of a block's pieces first, the table slots they probe fetched meanwhile
     piece_start = start
     for q in range(p, block_end):
@@ -257,7 +254,6 @@ def _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_
     for q in range(p, block_end):
         end = piece_end[index(q)]
         length = end - start
-        n_tiny += np.int64(length <= 2)
         if length == 1:
             out[index(n_out)] = byte_rank[index(buf[index(start)])]
             n_out += 1
@@ -282,15 +278,13 @@ def _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_
                     continue
             n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
         start = end
-    return n_out, n_tiny
+    return n_out
 
 
 @leaf
 def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end, cache, scratch, keys,
                 block):
     n_out = 0
-    n_tiny = 0  # pieces of one or two bytes in the last block, of n_last
-    n_last = 1
     for r in range(run_start.shape[0]):
         if run_special[index(r)] >= 0:
             out[index(n_out)] = run_special[index(r)]
@@ -302,13 +296,14 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
         last = first_piece[index(r + 1)]
         while p < last:
             block_end = min(p + PROBE_BLOCK, last)
-            if n_tiny * TINY_SHARE[1] >= n_last * TINY_SHARE[0]:
-                n_out, n_tiny = _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_out,
-                                                 scratch, keys, block)
+            n_tiny = np.int64(piece_end[index(p)] - start <= 2)  # pieces of one or two bytes
+            for q in range(p + 1, block_end):
+                n_tiny += np.int64(piece_end[index(q)] - piece_end[index(q - 1)] <= 2)
+            if n_tiny * TINY_SHARE[1] >= (block_end - p) * TINY_SHARE[0]:
+                n_out = _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_out, scratch, keys,
+                                         block)
             else:
-                n_out, n_tiny = _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_out,
-                                                 scratch, keys)
-            n_last = block_end - p
+                n_out = _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_out, scratch, keys)
             start = piece_end[index(block_end - 1)]
             p = block_end
         run_out_end[index(r)] = n_out
