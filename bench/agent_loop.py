@@ -63,6 +63,7 @@ from bench.bench import (  # noqa: E402
     format_text_table,
     load_basetenkenizer,
     load_tiktoken,
+    rerender,
     save_plot,
     rss_bytes,
 )
@@ -119,11 +120,6 @@ def appended_segments(turn: int, n_chars: int) -> list[Segment]:
         {"role": "user", "content": f"[observation after turn {turn}]\n" + text["observation"]},
     ]
     return render_chat(messages)
-
-
-def rerender(segments: Segments) -> list[Segment]:
-    """Equal but distinct str objects (no cached hash), as a fresh render of the prompt gives."""
-    return [((text + " ")[:-1], allow) for text, allow in segments]
 
 
 def conversation(turns: int, total_chars: int, seed: int, text: str = "real") -> list[list[Segment]]:
