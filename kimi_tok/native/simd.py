@@ -2,8 +2,9 @@
 
 numba vectorizes plain loops, but a scanner needs per-byte classes as bits (bit ``k`` for byte
 ``at + k``) to find piece boundaries with word operations instead of a branch per byte. ``ascii_classes``
-emits LLVM vector compares on one unaligned 64-byte load; LLVM lowers them to the machine's vector
-instructions (AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
+(and ``latin1_letter_classes``, for the two-byte letters of Latin-1) emit LLVM vector compares on one
+unaligned 64-byte load; LLVM lowers them to the machine's vector instructions (AVX-512 mask compares,
+or AVX2 compares and ``vpmovmskb``).
 """
 
 from __future__ import annotations
@@ -23,26 +24,45 @@ def _splat(value: int) -> ir.Constant:
     return ir.Constant(ir.VectorType(ir.IntType(8), BLOCK_BYTES), [value] * BLOCK_BYTES)
 
 
+def _is_block_source(buf, at) -> bool:
+    return (isinstance(buf, types.Array) and buf.dtype == types.uint8 and buf.layout == "C"
+            and isinstance(at, types.Integer))
+
+
+def _load_block(context, builder, sig, args):
+    """The 64 bytes at ``buf[at]`` as one LLVM vector (an unaligned load)."""
+    array = context.make_array(sig.args[0])(context, builder, args[0])
+    offset = context.cast(builder, args[1], sig.args[1], types.intp)
+    pointer = builder.gep(array.data, [offset])
+    vector_type = ir.VectorType(ir.IntType(8), BLOCK_BYTES)
+    return builder.load(builder.bitcast(pointer, vector_type.as_pointer()), align=1)
+
+
+def _in_range(builder, v, low: int, count: int):
+    return builder.icmp_unsigned("<", builder.sub(v, _splat(low)), _splat(count))
+
+
+def _as_words(context, builder, sig, masks):
+    """Vector compare results as a tuple of 64-bit words (bit ``k``: byte ``k``)."""
+    words = [builder.bitcast(mask, ir.IntType(BLOCK_BYTES)) for mask in masks]
+    return context.make_tuple(builder, sig.return_type, words)
+
+
 @intrinsic
 def ascii_classes(typingctx, buf, at):
     """Eight ``uint64`` masks of the 64 bytes ``buf[at:at + 64]`` (a C-contiguous ``uint8`` array; the
     caller keeps ``at + 64`` within it): bytes of 0x80 and up (``HIGH``), ``A-Z``, ``a-z``, ``0-9``,
     ``\\r`` or ``\\n``, the space, the ASCII blanks other than newlines (tab, vertical tab, form feed,
     space) and the apostrophe."""
-    if not (isinstance(buf, types.Array) and buf.dtype == types.uint8 and buf.layout == "C"
-            and isinstance(at, types.Integer)):
+    if not _is_block_source(buf, at):
         return None
     signature = types.UniTuple(types.uint64, N_CLASSES)(buf, at)
 
     def codegen(context, builder, sig, args):
-        array = context.make_array(sig.args[0])(context, builder, args[0])
-        offset = context.cast(builder, args[1], sig.args[1], types.intp)
-        pointer = builder.gep(array.data, [offset])
-        vector_type = ir.VectorType(ir.IntType(8), BLOCK_BYTES)
-        v = builder.load(builder.bitcast(pointer, vector_type.as_pointer()), align=1)
+        v = _load_block(context, builder, sig, args)
 
         def in_range(low: int, count: int):
-            return builder.icmp_unsigned("<", builder.sub(v, _splat(low)), _splat(count))
+            return _in_range(builder, v, low, count)
 
         def equal(byte: int):
             return builder.icmp_unsigned("==", v, _splat(byte))
@@ -52,8 +72,36 @@ def ascii_classes(typingctx, buf, at):
         blank = builder.or_(builder.or_(space, equal(0x09)), builder.or_(equal(0x0B), equal(0x0C)))
         masks = [builder.icmp_signed("<", v, _splat(0)), in_range(0x41, 26), in_range(0x61, 26), in_range(0x30, 10),
                  newline, space, blank, equal(0x27)]
-        words = [builder.bitcast(mask, ir.IntType(BLOCK_BYTES)) for mask in masks]
-        return context.make_tuple(builder, sig.return_type, words)
+        return _as_words(context, builder, sig, masks)
+
+    return signature, codegen
+
+
+LATIN1_LEAD = 0xC3  # the first byte of U+00C0-U+00FF, whose second bytes are 0x80-0xBF
+MULTIPLY, DIVIDE = 0x97, 0xB7  # second bytes of U+00D7 and U+00F7 (symbols among the letters)
+UPPER_TAIL, LOWER_TAIL = (0x80, 0x1F), (0x9F, 0x21)  # (first, count): U+00C0-U+00DE, U+00DF-U+00FF
+
+
+@intrinsic
+def latin1_letter_classes(typingctx, buf, at):
+    """Three ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, for the letters U+00C0-U+00FF
+    (``C3 80``-``C3 BF`` in UTF-8; not U+00D7 and U+00F7, which are symbols): bytes ``0xC3``, the
+    second bytes of uppercase letters (``80``-``9E``) and those of lowercase ones (``9F``-``BF``).
+    A second byte counts only where a ``0xC3`` is right before it; the caller checks that."""
+    if not _is_block_source(buf, at):
+        return None
+    signature = types.UniTuple(types.uint64, 3)(buf, at)
+
+    def codegen(context, builder, sig, args):
+        v = _load_block(context, builder, sig, args)
+
+        def not_equal(byte: int):
+            return builder.icmp_unsigned("!=", v, _splat(byte))
+
+        masks = [builder.icmp_unsigned("==", v, _splat(LATIN1_LEAD)),
+                 builder.and_(_in_range(builder, v, *UPPER_TAIL), not_equal(MULTIPLY)),
+                 builder.and_(_in_range(builder, v, *LOWER_TAIL), not_equal(DIVIDE))]
+        return _as_words(context, builder, sig, masks)
 
     return signature, codegen
 

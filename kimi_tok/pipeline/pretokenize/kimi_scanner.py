@@ -23,7 +23,7 @@ import numpy as np
 
 from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
-from ...native.simd import BLOCK_BYTES, ascii_classes, highest_set_bit, lowest_set_bit
+from ...native.simd import BLOCK_BYTES, ascii_classes, highest_set_bit, latin1_letter_classes, lowest_set_bit
 from ...native.utf8 import ASCII_END, code_point_at, sequence_length
 from ...vocab.kimi_k3 import KIMI_PATTERN
 from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE, code_point_flags
@@ -347,9 +347,13 @@ def count_text_bytes(run_start, run_end, run_special):
 # (a window of four bytes), so the starts of a 64-byte window are computed as bit masks
 # (``native.simd.ascii_classes``) and read off with ``tzcnt``, with no branch per byte. Bit ``k`` is byte
 # ``base + k``, where ``base`` is three bytes before the piece start ``pos`` the window begins at; the
-# starts of bits 4..60 are final (each needs bytes k-3..k+1). A window holding a byte of 0x80 or more,
-# or whitespace just before a newline (whose piece ends at the run's last newline: a look far ahead),
-# is left to ``next_piece_end``. The rules, with ``prev`` the byte before (and as in the alternatives):
+# starts of bits 4..60 are final (each needs bytes k-3..k+1). The letters U+00C0-U+00FF but U+00D7 and
+# U+00F7 (``C3 xx``: German, French, Spanish, ...) take part as two letter bytes of their case: the rules
+# below depend on the classes of the letters in a run, never on how many there are, and no piece starts
+# at a letter's second byte (a letter after a letter of the same case). A window holding any other byte
+# of 0x80 or more, or whitespace just before a newline (whose piece ends at the run's last newline: a
+# look far ahead), is left to ``next_piece_end``. The rules, with ``prev`` the byte before (and as in the
+# alternatives):
 #
 # * a letter starts a piece unless the letter before is a lowercase one and it is not uppercase (2-3),
 #   or the byte before is a prefix ``[^\r\n\p{L}\p{N}]`` that itself starts a piece: a blank always
@@ -407,8 +411,16 @@ def _window_starts(buf, base):
     high, upper, lower, digit, newline, space, blank, apostrophe = ascii_classes(buf, base)
     one = np.uint64(1)
     white = blank | newline
-    if high != 0 or ((blank << one) & newline) != 0:
+    if ((blank << one) & newline) != 0:
         return np.uint64(0), -1
+    if high != 0:  # only two-byte Latin-1 letters, each inside the window, may be here
+        lead, upper_tail, lower_tail = latin1_letter_classes(buf, base)
+        upper_tail &= lead << one
+        lower_tail &= lead << one
+        if (high & ~(upper_tail | lower_tail | (upper_tail >> one) | (lower_tail >> one))) != 0:
+            return np.uint64(0), -1
+        upper |= upper_tail | (upper_tail >> one)
+        lower |= lower_tail | (lower_tail >> one)
     letter = upper | lower
     symbol = ~(letter | digit | white)
     limit = WINDOW_LAST_BIT
