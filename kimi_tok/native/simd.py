@@ -2,9 +2,9 @@
 
 numba vectorizes plain loops, but a scanner needs per-byte classes as bits (bit ``k`` for byte
 ``at + k``) to find piece boundaries with word operations instead of a branch per byte. ``ascii_classes``
-(and ``latin1_letter_classes``, for the two-byte letters of Latin-1) emit LLVM vector compares on one
-unaligned 64-byte load; LLVM lowers them to the machine's vector instructions (AVX-512 mask compares,
-or AVX2 compares and ``vpmovmskb``).
+(with ``latin1_letter_classes`` and ``hangul_classes`` for letters beyond ASCII) emit LLVM vector
+compares on one unaligned 64-byte load; LLVM lowers them to the machine's vector instructions
+(AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
 """
 
 from __future__ import annotations
@@ -101,6 +101,32 @@ def latin1_letter_classes(typingctx, buf, at):
         masks = [builder.icmp_unsigned("==", v, _splat(LATIN1_LEAD)),
                  builder.and_(_in_range(builder, v, *UPPER_TAIL), not_equal(MULTIPLY)),
                  builder.and_(_in_range(builder, v, *LOWER_TAIL), not_equal(DIVIDE))]
+        return _as_words(context, builder, sig, masks)
+
+    return signature, codegen
+
+
+HANGUL_LEADS = (0xEB, 2)  # (first, count): EB and EC start U+B000-U+CFFF, all Hangul syllables
+HANGUL_FIRST_LEAD, HANGUL_LAST_LEAD = 0xEA, 0xED  # ... EA with B0-BF (U+AC00-U+AFFF), ED with 80-9D (U+D000-U+D77F)
+CONTINUATION, HIGH_CONTINUATION, LOW_CONTINUATION = (0x80, 0x40), (0xB0, 0x10), (0x80, 0x1E)
+
+
+@intrinsic
+def hangul_classes(typingctx, buf, at):
+    """Six ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, from which the caller finds the
+    Hangul syllables U+AC00-U+D77F (three bytes each; the rare U+D780-U+D7A3 are left out): bytes
+    ``EB``-``EC``, ``EA``, ``ED``, continuation bytes (``80``-``BF``), ``B0``-``BF`` and ``80``-``9D``."""
+    if not _is_block_source(buf, at):
+        return None
+    signature = types.UniTuple(types.uint64, 6)(buf, at)
+
+    def codegen(context, builder, sig, args):
+        v = _load_block(context, builder, sig, args)
+        masks = [_in_range(builder, v, *HANGUL_LEADS),
+                 builder.icmp_unsigned("==", v, _splat(HANGUL_FIRST_LEAD)),
+                 builder.icmp_unsigned("==", v, _splat(HANGUL_LAST_LEAD)),
+                 _in_range(builder, v, *CONTINUATION), _in_range(builder, v, *HIGH_CONTINUATION),
+                 _in_range(builder, v, *LOW_CONTINUATION)]
         return _as_words(context, builder, sig, masks)
 
     return signature, codegen

@@ -5,8 +5,9 @@ Windows run only inside text runs longer than 67 bytes, so these texts are long:
 ASCII sequence (contractions, digit runs, whitespace runs with and without newlines, symbol runs,
 prefixes, case changes) placed at every offset of a window, plus hypothesis-generated ASCII texts,
 with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state. Windows
-also take the two-byte letters U+00C0-U+00FF: each of them, and the code points around them that windows
-leave to the byte-wise path, in every context at the window's edges.
+also take the two-byte letters U+00C0-U+00FF and the Hangul syllables: each of those letters, the
+syllables at the ends of their ranges, and the code points around them that windows leave to the
+byte-wise path, in every context at the window's edges.
 """
 
 from __future__ import annotations
@@ -84,28 +85,35 @@ def test_random_text_with_some_non_ascii(text):
     _check(text)
 
 
-# U+00C0-U+00FF (windows take them, but for the symbols U+00D7 and U+00F7), and neighbours they do not take
+# U+00C0-U+00FF (windows take them, but for the symbols U+00D7 and U+00F7), Hangul syllables (windows take
+# U+AC00-U+D77F) and neighbours they do not take
 LATIN1 = [chr(c) for c in range(0xC0, 0x100)] + ["\u00aa", "\u00b5", "\u00ba", "\u00a0", "\u00ab", "\u00bb",
                                                  "\u00bf", "\u0100", "\u017f", "\u0080"]
-LATIN1_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n", "\u00c4{}\u00df",
-                   "{} {}", "{}  {}", "'{}"]
+HANGUL = ["\uac00", "\uafff", "\ub000", "\ucfff", "\ud000", "\ud77f", "\ud780", "\ud7a3", "\ud7a4", "\uabff",
+          "\u3131", "\u1100", "\ud55c\uad6d\uc5b4", "\uac00\u00e9"]
+# characters that end what a window decides: whitespace, a mark, Han, a number, Thai, an emoji
+OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u4e2d", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
+WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
+                          "\u00c4{}\u00df", "{} {}", "{}  {}", "'{}", "{}B", "{}Bc", "{}BC.", "{}\u00c4b", "{}\u00c4 ",
+                          "AB{}c", "{}\uac00B", "  {}", "x  {}y", "{}  \n"]
 
 
-@pytest.mark.parametrize("letter", LATIN1)
-def test_every_latin1_letter_in_every_context_at_the_window_edges(letter):
-    for context in LATIN1_CONTEXTS:
+@pytest.mark.parametrize("letter", LATIN1 + HANGUL + OTHER)
+def test_every_window_letter_in_every_context_at_the_window_edges(letter):
+    for context in WINDOW_LETTER_CONTEXTS:
         piece = context.replace("{}", letter)
         for offset in (0, 1, 2, 3, 4, 5, 30, 57, 58, 59, 60, 61, 62, 63, 64):
             _check((FILLER * 3)[:offset] + piece + FILLER * 2)
             _check((FILLER * 3)[:offset] + piece * 40 + FILLER)
 
 
-latin1_atoms = st.one_of(ascii_atoms, ascii_atoms, st.sampled_from(LATIN1),
-                         st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", "\u00e9's", "x\u00d7y", "\u00f7"]),
-                         st.characters(min_codepoint=0x80, max_codepoint=0x24F))
+window_letter_atoms = st.one_of(
+    ascii_atoms, ascii_atoms, st.sampled_from(LATIN1 + HANGUL + OTHER),
+    st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", "\u00e9's", "x\u00d7y", "\u00f7", "\ud55c\uad6dX"]),
+    st.characters(min_codepoint=0x80, max_codepoint=0x24F), st.characters(min_codepoint=0xAC00, max_codepoint=0xD7FF))
 
 
 @settings(max_examples=300, **SETTINGS)
-@given(st.lists(latin1_atoms, min_size=20, max_size=400).map("".join))
-def test_random_text_with_latin1_letters(text):
+@given(st.lists(window_letter_atoms, min_size=20, max_size=400).map("".join))
+def test_random_text_with_latin1_letters_and_hangul(text):
     _check(text)

@@ -23,7 +23,8 @@ import numpy as np
 
 from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
-from ...native.simd import BLOCK_BYTES, ascii_classes, highest_set_bit, latin1_letter_classes, lowest_set_bit
+from ...native.simd import (BLOCK_BYTES, HANGUL_FIRST_LEAD, HANGUL_LAST_LEAD, LATIN1_LEAD, ascii_classes,
+                            hangul_classes, highest_set_bit, latin1_letter_classes, lowest_set_bit)
 from ...native.utf8 import ASCII_END, code_point_at, sequence_length
 from ...vocab.kimi_k3 import KIMI_PATTERN
 from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE, code_point_flags
@@ -347,12 +348,17 @@ def count_text_bytes(run_start, run_end, run_special):
 # (a window of four bytes), so the starts of a 64-byte window are computed as bit masks
 # (``native.simd.ascii_classes``) and read off with ``tzcnt``, with no branch per byte. Bit ``k`` is byte
 # ``base + k``, where ``base`` is three bytes before the piece start ``pos`` the window begins at; the
-# starts of bits 4..60 are final (each needs bytes k-3..k+1). The letters U+00C0-U+00FF but U+00D7 and
+# starts of bits 4..60 are final (each needs bytes k-3..k+1; what bytes 0-2 decide, bit 3 being a start
+# already decides, so a character cut there does not matter). The letters U+00C0-U+00FF but U+00D7 and
 # U+00F7 (``C3 xx``: German, French, Spanish, ...) take part as two letter bytes of their case: the rules
 # below depend on the classes of the letters in a run, never on how many there are, and no piece starts
-# at a letter's second byte (a letter after a letter of the same case). A window holding any other byte
-# of 0x80 or more, or whitespace just before a newline (whose piece ends at the run's last newline: a
-# look far ahead), is left to ``next_piece_end``. The rules, with ``prev`` the byte before (and as in the
+# at a letter's second byte (a letter after a letter of the same case). Hangul syllables (three bytes,
+# ``hangul_classes``) are letters of both cases (Lo): they take part as lowercase ones, which gives the
+# same pieces unless an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in
+# ``한B`` it starts one: a look ahead), so the window's starts end before such a letter. Any other byte of
+# 0x80 or more (another character, or one the window's end cuts) ends them two bytes before it; a window
+# holding whitespace just before a newline (whose piece ends at the run's last newline: a look far
+# ahead) is left to ``next_piece_end``. The rules, with ``prev`` the byte before (and as in the
 # alternatives):
 #
 # * a letter starts a piece unless the letter before is a lowercase one and it is not uppercase (2-3),
@@ -405,25 +411,50 @@ def _contractions(buf, base, candidates):
 
 
 @leaf_inline
+def hangul_syllables(buf, base):
+    """The first bytes of the Hangul syllables U+AC00-U+D77F that lie wholly in the window at ``base``."""
+    full_lead, first_lead, last_lead, continuation, high_second, low_second = hangul_classes(buf, base)
+    one = np.uint64(1)
+    lead = full_lead | (first_lead & (high_second >> one)) | (last_lead & (low_second >> one))
+    return lead & (continuation >> one) & (continuation >> np.uint64(2))
+
+
+@leaf_inline
 def _window_starts(buf, base):
-    """The piece starts in bits ``WINDOW_FIRST_BIT..limit`` of the ASCII window at ``base`` (whose bit
-    ``WINDOW_LOOKBACK`` is a piece start), and ``limit``; ``limit`` < ``WINDOW_FIRST_BIT``: not here."""
+    """The piece starts in bits ``WINDOW_FIRST_BIT..limit`` of the window at ``base`` (whose bit
+    ``WINDOW_LOOKBACK`` is a piece start), ``limit`` (< ``WINDOW_FIRST_BIT``: not here) and the bit of
+    the first byte of a character the window does not class (``BLOCK_BYTES`` if none)."""
     high, upper, lower, digit, newline, space, blank, apostrophe = ascii_classes(buf, base)
     one = np.uint64(1)
     white = blank | newline
     if ((blank << one) & newline) != 0:
-        return np.uint64(0), -1
-    if high != 0:  # only two-byte Latin-1 letters, each inside the window, may be here
+        return np.uint64(0), -1, 0
+    limit = WINDOW_LAST_BIT
+    unclassed_at = BLOCK_BYTES
+    if high != 0:  # Latin-1 letters and Hangul syllables are classed here; other characters end the window
+        if (high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)) != 0:
+            lead = buf[index(base + lowest_set_bit(high & ~LOW_THREE_BITS))]
+            if lead != LATIN1_LEAD and (lead < HANGUL_FIRST_LEAD or lead > HANGUL_LAST_LEAD):
+                return np.uint64(0), -1, 0  # no start could be final (Chinese, Japanese, Thai, ...)
         lead, upper_tail, lower_tail = latin1_letter_classes(buf, base)
         upper_tail &= lead << one
         lower_tail &= lead << one
-        if (high & ~(upper_tail | lower_tail | (upper_tail >> one) | (lower_tail >> one))) != 0:
-            return np.uint64(0), -1
         upper |= upper_tail | (upper_tail >> one)
         lower |= lower_tail | (lower_tail >> one)
+        syllable = hangul_syllables(buf, base)
+        lower |= syllable | (syllable << one) | (syllable << np.uint64(2))
+        # bytes of other characters, or of ones the window's end cuts: a start needs the byte after it
+        unclassed = high & ~(upper | lower) & ~LOW_THREE_BITS
+        if unclassed != 0:
+            unclassed_at = lowest_set_bit(unclassed)
+            limit = unclassed_at - 2
+        ahead = (syllable << np.uint64(3)) & upper  # an uppercase letter right after a syllable
+        if ahead != 0:
+            limit = min(limit, lowest_set_bit(ahead) - 1)
+        if limit < WINDOW_FIRST_BIT:
+            return np.uint64(0), -1, 0
     letter = upper | lower
     symbol = ~(letter | digit | white)
-    limit = WINDOW_LAST_BIT
     if (white >> np.uint64(BLOCK_BYTES - 1)) != 0:  # a whitespace run going on past the window: only its start is final
         rest = ~white & (_bit(BLOCK_BYTES - 1) - one)
         limit = min(limit, highest_set_bit(rest) + 1) if rest != 0 else 0
@@ -433,7 +464,7 @@ def _window_starts(buf, base):
     if candidates != 0:
         late = candidates >> np.uint64(WINDOW_LAST_BIT - 1)
         if late != 0:  # a contraction that may end past the window: stop before it
-            limit = WINDOW_LAST_BIT - 2 + lowest_set_bit(late)
+            limit = min(limit, WINDOW_LAST_BIT - 2 + lowest_set_bit(late))
             candidates &= _bit(WINDOW_LAST_BIT - 1) - one
         inside, after = _contractions(buf, base, candidates)
     symbol_start = symbol & ~(symbol << one) & ~(space << one)
@@ -449,22 +480,25 @@ def _window_starts(buf, base):
     newline_start = newline & ~(white << one) & ~absorbed
     blank_start = blank & (~(white << one) | (newline << one) | ((blank << one) & ~(white >> one)))
     starts = (letter_start | digit_start | symbol_start | newline_start | blank_start | after | FOURTH_BIT) & ~inside
-    return starts & FINAL_BITS, limit
+    return starts & FINAL_BITS, limit, unclassed_at
 
 
 @leaf_inline
 def _scan_text_run(buf, start, end, table, piece_end, n_pieces):
     """The pieces of the text run ``buf[start:end]``: their ends from ``piece_end[n_pieces]`` on;
-    returns the new count. ASCII windows of 64 bytes where they fit, ``next_piece_end`` elsewhere."""
+    returns the new count. Windows of 64 bytes where they fit, ``next_piece_end`` elsewhere."""
     pos = start
     next_window = start + WINDOW_LOOKBACK  # a window starts 3 bytes into the run, and ends inside it
     skip = BLOCK_BYTES
     while pos < end:
         if pos >= next_window and pos - WINDOW_LOOKBACK + BLOCK_BYTES <= end:
             base = pos - WINDOW_LOOKBACK
-            starts, limit = _window_starts(buf, base)
+            starts, limit, unclassed_at = _window_starts(buf, base)
             if limit >= WINDOW_FIRST_BIT:
-                skip = BLOCK_BYTES
+                if unclassed_at == BLOCK_BYTES:
+                    skip = BLOCK_BYTES
+                else:  # the next window starts past the character this one could not class
+                    next_window = base + unclassed_at + 1
                 starts &= (_bit(limit + 1) - np.uint64(1))
                 if starts != 0:
                     while starts != 0:
@@ -474,7 +508,7 @@ def _scan_text_run(buf, start, end, table, piece_end, n_pieces):
                         n_pieces += 1
                     pos = piece_end[index(n_pieces - 1)]
                     continue
-            else:  # not ASCII here: no window for a while (longer after each window that was not)
+            else:  # no window for a while (longer after each window that was not)
                 next_window = base + skip
                 skip = min(2 * skip, MAX_WINDOW_SKIP)
         pos = next_piece_end(buf, pos, end, table)
