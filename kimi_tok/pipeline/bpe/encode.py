@@ -153,15 +153,20 @@ def choose(condition, if_true, if_false):
 
 
 @leaf_inline
+def _block_tables(tables, cache):
+    """What a block of pieces reads: the byte and byte-pair ranks, the short table (a copy of the
+    vocabulary's, with the short pieces merged before) and the general table, with their slot masks."""
+    short_slots = cache.short_slots
+    general_slots = cache.slots
+    return (tables.byte_rank, tables.byte_pair_rank, short_slots, np.uint64(short_slots.shape[0] // ENTRY_WORDS - 1),
+            general_slots, np.uint64(general_slots.shape[0] - 1))
+
+
+@leaf_inline
 def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_out, scratch, keys, block):
     """The pieces ``p:block_end`` (the first starting at ``start``) as ids at ``out[n_out:]``, in passes
     that each branch on what is predictable; returns the new ``n_out``."""
-    byte_rank = tables.byte_rank
-    byte_pair_rank = tables.byte_pair_rank
-    short_slots = cache.short_slots
-    entry_mask = np.uint64(short_slots.shape[0] // ENTRY_WORDS - 1)
-    general_slots = cache.slots
-    general_mask = np.uint64(general_slots.shape[0] - 1)
+    byte_rank, byte_pair_rank, short_slots, entry_mask, general_slots, general_mask = _block_tables(tables, cache)
     # 1. Single bytes and byte pairs answered by loads and conditional moves (the length of the
     #    next piece is not predictable, so a branch on it would often be mispredicted); longer
     #    pieces listed
@@ -230,12 +235,7 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
 def _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_out, scratch, keys):
     """``_block_in_passes`` one piece at a time, branching on each piece's length: faster where most
     pieces have three bytes or more (the branch is then predictable)."""
-    byte_rank = tables.byte_rank
-    byte_pair_rank = tables.byte_pair_rank
-    short_slots = cache.short_slots
-    entry_mask = np.uint64(short_slots.shape[0] // ENTRY_WORDS - 1)
-    general_slots = cache.slots
-    general_mask = np.uint64(general_slots.shape[0] - 1)
+    byte_rank, byte_pair_rank, short_slots, entry_mask, general_slots, general_mask = _block_tables(tables, cache)
     # the keys of a block's pieces first, the table slots they probe fetched meanwhile
     piece_start = start
     for q in range(p, block_end):
