@@ -17,11 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import kimi_tok
 from kimi_tok import KIMI_PATTERN
 from kimi_tok.pipeline.pretokenize import RegexPreTokenizer
 from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
 from kimi_tok.pipeline.pretokenize.unicode_classes import code_point_flags
 from tests.api.test_properties import SETTINGS
+from tests.parity import assert_parity
 
 PCRE2 = RegexPreTokenizer(KIMI_PATTERN)
 FLAGS = code_point_flags()
@@ -117,3 +119,15 @@ window_letter_atoms = st.one_of(
 @given(st.lists(window_letter_atoms, min_size=20, max_size=400).map("".join))
 def test_random_text_with_latin1_letters_and_hangul(text):
     _check(text)
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> kimi_tok.Tokenizer:
+    return kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(st.lists(window_letter_atoms, min_size=20, max_size=400).map("".join))
+def test_text_in_windows_beyond_ascii_gives_reference_ids(one_thread, ref, text):
+    """The same texts through a Tokenizer (windows, then BPE) against the tiktoken reference."""
+    assert_parity(one_thread, ref, [(text, False)], tiktoken_safe=False)
