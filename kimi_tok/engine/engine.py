@@ -3,7 +3,8 @@
 ``Engine.encode_packed`` picks one of:
 
 * fused: no fan-out (one job, or too little text for two): chunking -> run cuts -> specials
-  -> scanner -> BPE as one compiled call (``pipeline.assembly.encode_packed_fused``);
+  -> scanner -> BPE as one compiled call (``pipeline.assembly.encode_packed_fused``; a short call
+  that needs no segment bounds is joined rather than packed: ``encode_joined_fused``);
 * shared parts (threads, the Kimi scanner): this thread and pool threads take parts of the
   call from an atomic counter (``threads.encode_parts_on_threads``);
 * groups (threads, a PCRE2 pattern), hash-routed groups (``hash_routing``) or worker
@@ -27,7 +28,7 @@ from ..pipeline.bpe import BpeTables
 from ..pipeline.chunking import cut_chunks, cut_substrings
 from ..pipeline.pretokenize.kimi_scanner import split_at_safe_points
 from ..pipeline.pretokenize.unicode_classes import code_point_flags
-from ..pipeline.segments import PackedSegments, pack_segments, segment_bounds, validate_segments
+from ..pipeline.segments import PackedSegments, join_segments, pack_segments, segment_bounds, validate_segments
 from .parts import SharedParts
 from .policy import Policy
 from .processes import EncoderSpec, encode_on_processes
@@ -74,8 +75,12 @@ class Engine:
 
     def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, validated: bool = False) -> Encoded:
         """All ids of ``segments`` (validated here unless ``validated``), without any reuse across calls."""
-        ids = self.encode_packed(self.pack(segments if validated else validate_segments(segments), tiktoken_safe,
-                                           validated=True), with_bounds=False)[0]
+        joined = join_segments(segments, self.policy.max_joined_call_chars) if self.fuses else None
+        if joined is not None and self.runs_fused(len(joined[0])):
+            ids = self.stages.encode_joined(*joined, tiktoken_safe, self.flags)
+        else:
+            ids = self.encode_packed(self.pack(segments if validated else validate_segments(segments), tiktoken_safe,
+                                               validated=True), with_bounds=False)[0]
         return Encoded(ids if want_ids else None, len(ids))
 
     def encode_with_bounds(self, segments: Sequence, tiktoken_safe: bool, n_jobs: int | None = None,
@@ -96,12 +101,9 @@ class Engine:
         buf = packed.buf
         threads = policy.backend == "threads"
         shares_parts = timings is None and self.fuses and threads and not policy.hash_routing
-        if not threads:
-            min_bytes = policy.min_bytes_per_process_job
-        else:
-            min_bytes = policy.min_bytes_per_shared_job if shares_parts else policy.min_bytes_per_job
-        if timings is None and self.fuses and (n_jobs == 1 or buf.shape[0] < 2 * min_bytes):
+        if timings is None and self.runs_fused(buf.shape[0], n_jobs):
             return self.encode_fused(packed, with_bounds)
+        min_bytes = self._min_bytes_per_job(shares_parts)
         if shares_parts:
             ids, bounds = encode_parts_on_threads(self.stages, packed, self.flags, n_jobs, self.splits_after_newline,
                                                   policy)
@@ -131,6 +133,22 @@ class Engine:
         if len(groups) > 1:
             clock.lap(f"specials+pretokenize+bpe ({policy.backend})")
         return ids, (segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
+
+    def runs_fused(self, n_bytes: int, n_jobs: int | None = None) -> bool:
+        """Whether a call of ``n_bytes`` of text on ``n_jobs`` runs as one compiled call (no fan-out)."""
+        policy = self.policy
+        if not self.fuses:
+            return False
+        if (policy.n_jobs if n_jobs is None else n_jobs) == 1:
+            return True
+        shares_parts = policy.backend == "threads" and not policy.hash_routing
+        return n_bytes < 2 * self._min_bytes_per_job(shares_parts)
+
+    def _min_bytes_per_job(self, shares_parts: bool) -> int:
+        policy = self.policy
+        if policy.backend != "threads":
+            return policy.min_bytes_per_process_job
+        return policy.min_bytes_per_shared_job if shares_parts else policy.min_bytes_per_job
 
     def encode_fused(self, packed: PackedSegments, with_bounds: bool = True):
         """``encode_packed`` for a call that needs no fan-out, as one compiled call."""

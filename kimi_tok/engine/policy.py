@@ -78,6 +78,7 @@ class Policy:
     hash_routing: bool = False
     segment_cache_bytes: int = DEFAULT_SEGMENT_CACHE_BYTES
     min_cached_call_chars: int = 1 << 16  # shorter calls skip the segment cache: encoding costs less than planning
+    max_joined_call_chars: int = 1 << 16  # calls up to this long are joined, not packed (segments.join_segments)
     parked_helpers: bool = HAS_FUTEX
     helpers: int = field(default_factory=lambda: max(1, usable_cores() // 2))
     cache_dir: Path = field(default_factory=_default_cache_dir)  # the BPE tables built per vocabulary
@@ -127,9 +128,10 @@ class Policy:
         value = self.segment_cache_bytes
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"segment_cache_bytes must be a non-negative int or None, not {value!r}")
-        value = self.min_cached_call_chars
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"min_cached_call_chars must be a non-negative int, not {value!r}")
+        for name in ("min_cached_call_chars", "max_joined_call_chars"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, not {value!r}")
         if self.parked_helpers and not HAS_FUTEX:
             object.__setattr__(self, "parked_helpers", False)  # no futexes here: executor helpers
         object.__setattr__(self, "cache_dir", Path(self.cache_dir))

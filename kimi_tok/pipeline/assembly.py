@@ -9,7 +9,8 @@ included, as ONE compiled call: no Python between the stages, so the GIL stays f
 another thread the whole time. ``encode_substrings_fused`` runs specials -> scanner -> BPE
 over sub-strings (one part or group of a fan-out). With a PCRE2 pre-tokenizer the stages run
 one by one (``SubstringEncoder.encode``). Every id covers at least one byte, so an output as
-long as the text's bytes always has room.
+long as the text's bytes always has room. ``encode_joined_fused`` is ``encode_packed_fused`` for a
+short call given as joined bytes (``segments.join_segments``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from . import bpe
 from .chunking import cut_chunks, cut_substrings
 from .pretokenize import pretokenizer_for
 from .pretokenize.kimi_scanner import scan_runs
+from .segments import SEPARATOR
 from .specials import build_special_table, split_specials
 
 ID_DTYPE = np.uint32
@@ -59,6 +61,45 @@ def encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg
     (``out`` at least ``buf.shape[0]`` long); returns ``(n_ids, run_start, run_out_end)``."""
     sub_start, sub_end, sub_allow = cut_packed(buf, seg_start, seg_end, needs_cuts, allow_special, flags)
     return encode_substrings_fused(tables, specials, scan_table, buf, sub_start, sub_end, sub_allow, out, cache)
+
+
+@kernel
+def unjoin(joined, allow):
+    """Joined segments (``segments.join_segments``) as packed ones: ``(buf, seg_start, seg_end, allow_special)``."""
+    n = len(allow)
+    buf = np.empty(len(joined) - (n - 1), dtype=np.uint8)
+    seg_start = np.empty(n, dtype=np.int64)
+    seg_end = np.empty(n, dtype=np.int64)
+    allow_special = np.empty(n, dtype=np.bool_)
+    separator = SEPARATOR[0]
+    n_bytes = 0
+    segment = 0
+    seg_start[0] = 0
+    for i in range(len(joined)):
+        byte = joined[i]
+        if byte == separator:
+            seg_end[segment] = n_bytes
+            segment += 1
+            seg_start[segment] = n_bytes
+        else:
+            buf[n_bytes] = byte
+            n_bytes += 1
+    seg_end[segment] = n_bytes
+    for i in range(n):
+        allow_special[i] = allow[i] != 0
+    return buf, seg_start, seg_end, allow_special
+
+
+@kernel
+def encode_joined_fused(tables, specials, scan_table, flags, joined, allow, tiktoken_safe, cache):
+    """``encode_packed_fused`` of joined segments (``segments.join_segments``; at least one): their ids,
+    in an array of their length."""
+    buf, seg_start, seg_end, allow_special = unjoin(joined, allow)
+    needs_cuts = np.full(seg_start.shape[0], tiktoken_safe, dtype=np.bool_)
+    out = np.empty(buf.shape[0], dtype=ID_DTYPE)
+    n, _, _ = encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg_end, needs_cuts,
+                                  allow_special, out, cache)
+    return out[:n].copy()
 
 
 class SubstringEncoder:
@@ -117,6 +158,14 @@ class SubstringEncoder:
     def fuses(self) -> bool:
         """Whether ``encode_packed`` can run: the pre-tokenizer is compiled (PCRE2 needs Python per match)."""
         return self.pretokenizer.scan_table is not None
+
+    def encode_joined(self, joined: bytes, allow: bytes, tiktoken_safe: bool, flags) -> np.ndarray:
+        """The ids of joined segments (``segments.join_segments``), in one compiled call."""
+        cache = self.piece_caches.take()
+        ids = encode_joined_fused(self.tables, self.specials, self.pretokenizer.scan_table, flags, joined, allow,
+                                  tiktoken_safe, cache)
+        self.piece_caches.give_back(cache)  # not after an error: see PieceCachePool.borrow
+        return ids
 
     def encode_packed(self, buf, seg_start, seg_end, needs_cuts, allow_special, flags, out):
         """Every stage from the packed segments on (their tiktoken-safe cuts included), in one

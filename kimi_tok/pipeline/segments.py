@@ -4,6 +4,12 @@ A prompt is an ordered list of ``(text, allow_special)`` segments, each encoded 
 its own. Packing them in one pass lets every later stage run as one compiled
 call over the whole prompt.
 
+A short call is joined instead (``join_segments``): the texts' UTF-8 with a byte 0xFF between
+two segments, which UTF-8 never contains, and the flags as bytes. Building them takes a few
+C-level passes over the list and no NumPy call; a call made after other work pays for every
+library code path it touches again (docs/performance.md, "Short calls with cold caches"), so
+the compiled call takes them as they are and cuts the segments itself.
+
 Text with lone surrogates cannot be UTF-8 encoded. tiktoken retries such text as
 ``text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")`` for each
 string it is given, i.e. per tiktoken-safe sub-string. Those (rare) segments are
@@ -21,6 +27,11 @@ import numpy as np
 
 from ..native.jit import kernel
 from .chunking import cut_safe_substrings
+
+
+SEPARATOR = b"\xff"  # between two joined segments: a byte that no UTF-8 text contains
+_TUPLE, _PAIR, _STR, _BOOL = {tuple}, {2}, {str}, {bool}
+_text, _allow = itemgetter(0), itemgetter(1)
 
 
 class PackedSegments(NamedTuple):
@@ -94,6 +105,28 @@ def validate_segments(segments: Sequence) -> list[tuple[str, bool]]:
         if type(seg) is not tuple or len(seg) != 2 or type(seg[0]) is not str or type(seg[1]) is not bool:
             return [_segment(seg, index) for index, seg in enumerate(segments)]
     return segments if isinstance(segments, list) else list(segments)
+
+
+def join_segments(segments, max_chars: int) -> tuple[bytes, bytes] | None:
+    """``(joined, allow)`` of a list or tuple of ``(str, bool)`` pairs with at most ``max_chars``
+    characters in all: their UTF-8 joined with ``SEPARATOR`` and their flags as bytes of 0 or 1.
+    None for anything else (other types, a str subclass, lone surrogates, more text), which
+    ``pack_segments`` takes.
+
+    >>> join_segments([("<|open|>", True), ("hé", False)], 100)
+    (b'<|open|>\\xffh\\xc3\\xa9', b'\\x01\\x00')
+    """
+    if (type(segments) is not list and type(segments) is not tuple) or not segments \
+            or set(map(type, segments)) != _TUPLE or set(map(len, segments)) != _PAIR:
+        return None
+    texts = list(map(_text, segments))
+    allow = list(map(_allow, segments))
+    if set(map(type, texts)) != _STR or set(map(type, allow)) != _BOOL or sum(map(len, texts)) > max_chars:
+        return None
+    try:
+        return SEPARATOR.join(map(str.encode, texts)), bytes(allow)
+    except UnicodeEncodeError:  # lone surrogates: tiktoken fixes them up per sub-string
+        return None
 
 
 def pack_segments(

@@ -131,17 +131,27 @@ class PieceCachePool:
         after an error or Ctrl-C a worker thread may still be writing to it. When none is free,
         a new one, or None if not ``make`` (a new cache costs ~6 ms of page faults on a thread
         whose allocator has no free memory; see ``add_spare``)."""
-        with self._lock:
-            cache = self._free.pop() if self._free else None
+        cache = self._free_one()
         if cache is None:
             if not make:
                 yield None
                 return
             cache = self._make()
         yield cache
-        self._put_back(cache)
+        self.give_back(cache)
 
-    def _put_back(self, cache: PieceCache) -> None:
+    def take(self) -> PieceCache:
+        """``borrow`` without a ``with`` block (a few microseconds less on a short call): a free cache or
+        a new one, to hand to ``give_back`` unless the call using it failed."""
+        cache = self._free_one()
+        return self._make() if cache is None else cache
+
+    def _free_one(self) -> PieceCache | None:
+        with self._lock:
+            return self._free.pop() if self._free else None
+
+    def give_back(self, cache: PieceCache) -> None:
+        """A cache from ``take`` (or ``borrow``), kept for later calls while fewer than ``keep`` are."""
         if self._grow is not None:
             cache = self._grow(cache)
         with self._lock:
@@ -150,7 +160,7 @@ class PieceCachePool:
 
     def add_spare(self) -> None:
         """One more free cache, made now (on a thread with time to spare) for a later borrower."""
-        self._put_back(self._make())
+        self.give_back(self._make())
 
     def kept(self) -> list[PieceCache]:
         """The caches kept between calls (for tests and inspection)."""
