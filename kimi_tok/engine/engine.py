@@ -55,6 +55,7 @@ class Engine:
         self.policy = policy
         self.flags = code_point_flags()
         self.stages = SubstringEncoder(tables, special_tokens, pattern)
+        self.fuses = self.stages.fuses  # whether calls can run as one compiled call (the compiled Kimi scanner)
         self._special_tokens = special_tokens
         self._pattern = pattern
         self._router = HashRouter(self.stages, policy.merge_slice_bytes)
@@ -64,10 +65,6 @@ class Engine:
             "\n" in text for text in special_tokens
         )
 
-    @property
-    def fuses(self) -> bool:
-        """Whether calls can run as one compiled call (the compiled Kimi scanner)."""
-        return self.stages.fuses
 
     def pack(self, segments: Sequence, tiktoken_safe: bool, validated: bool = False) -> PackedSegments:
         """``segments`` validated (unless ``validated``) and packed into one UTF-8 buffer."""
