@@ -41,8 +41,10 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from array import array
 from collections import OrderedDict
-from operator import itemgetter
+from itertools import accumulate
+from operator import add, itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -111,23 +113,23 @@ class Run:
     Tokenizer does on its helper thread while the ids are still being encoded, then the ids
     (``hold``), before the run is added to a cache."""
 
-    __slots__ = ("segments", "tiktoken_safe", "ids", "ids_address", "bounds", "keys", "key_bytes", "char_ends",
+    __slots__ = ("segments", "tiktoken_safe", "ids", "ids_address", "bounds", "key_bytes", "char_ends",
                  "fingerprints", "nbytes", "continuations", "__weakref__")
 
-    def __init__(self, segments: list[Segment], tiktoken_safe: bool, texts: list[str], lengths: np.ndarray,
+    def __init__(self, segments: list[Segment], tiktoken_safe: bool, texts: list[str], lengths: list[int],
                  known_fingerprints: dict[int, tuple] | None = None) -> None:
         """``texts`` and ``lengths``: the segments' texts and their lengths in characters;
-        ``known_fingerprints``: position -> fingerprint of some of them, already computed."""
+        ``known_fingerprints``: position -> fingerprint of some of them, already computed. Built from
+        lists, without NumPy: a call pays for each NumPy call its cache misses (docs/performance.md)."""
         self.segments = segments
         self.tiktoken_safe = tiktoken_safe  # the same for all segments of a run (part of their keys)
         self.ids: np.ndarray | None = None  # read-only; segment k is ids[bounds[k]:bounds[k + 1]]
         self.ids_address = 0  # where ids' memory starts (a helper thread copies from it without the GIL)
         self.bounds: list[int] = []
-        # what speculate compares: 2 * length + flag, as segment_keys gives them for a call
-        self.keys = 2 * lengths + np.fromiter(map(itemgetter(1), segments), dtype=np.bool_, count=len(segments))
-        self.key_bytes = self.keys.tobytes()
-        self.char_ends = [0, *np.cumsum(lengths).tolist()]  # characters of positions < k: char_ends[k]
-        indexed = np.flatnonzero(lengths >= MIN_INDEXED_CHARS).tolist()
+        # what speculate compares: 2 * length + flag, as segment_keys gives them for a call (int64 bytes)
+        self.key_bytes = array("q", map(add, map(add, lengths, lengths), map(itemgetter(1), segments))).tobytes()
+        self.char_ends = [0, *accumulate(lengths)]  # characters of positions < k: char_ends[k]
+        indexed = [k for k, length in enumerate(lengths) if length >= MIN_INDEXED_CHARS]
         if not indexed or indexed[0] != 0:
             indexed.insert(0, 0)
         # position -> fingerprint, for the segments the index holds: the long ones and the first
@@ -143,6 +145,11 @@ class Run:
 
     def __len__(self) -> int:
         return len(self.segments)
+
+    @property
+    def keys(self) -> np.ndarray:
+        """The segments' keys (``segment_keys``), a view of ``key_bytes``."""
+        return np.frombuffer(self.key_bytes, dtype=np.int64)
 
     def hold(self, ids: np.ndarray, bounds: list[int]) -> None:
         """Give the run its ids (read-only, its own): segment k is ``ids[bounds[k]:bounds[k + 1]]``."""
@@ -529,8 +536,8 @@ class SegmentCache:
     @staticmethod
     def _draft_run(segments: list[Segment], tiktoken_safe: bool, known_fingerprints=None) -> Run | None:
         texts = list(map(itemgetter(0), segments))
-        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-        if lengths.sum() < MIN_CACHED_CHARS:
+        lengths = list(map(len, texts))
+        if sum(lengths) < MIN_CACHED_CHARS:
             return None
         return Run(segments, tiktoken_safe, texts, lengths, known_fingerprints)
 

@@ -191,7 +191,7 @@ def test_encodings_pickle_their_ids_and_special_positions(tok, ref):
 def test_a_new_process_gets_fresh_caches_and_its_own_cache_dir(tok, tmp_path):
     """The default cache_dir is the other side's (here: its KIMI_TOK_CACHE_DIR); one set explicitly
     travels. The segment cache starts empty there."""
-    tok.encode_segments(PROMPTS[0])
+    tok.encode_segments(sample_prompt(tok.policy.min_cached_call_chars + 1000, 0))  # long enough to be cached
     assert len(tok.segment_cache) > 0
     explicit = kimi_tok.kimi_k3(policy=tok.policy.replace(cache_dir=tmp_path / "explicit"))
     code = ("import json, pickle, sys\n"
