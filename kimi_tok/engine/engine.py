@@ -72,12 +72,20 @@ class Engine:
 
     def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, validated: bool = False) -> Encoded:
         """All ids of ``segments`` (validated here unless ``validated``), without any reuse across calls."""
-        joined = join_segments(segments, self.policy.max_joined_call_chars) if self.fuses else None
-        if joined is not None and self.runs_fused(len(joined[0])):
-            ids = self.stages.encode_joined(*joined, tiktoken_safe, self.flags)
-        else:
-            ids = self.encode_packed(self.pack(segments if validated else validate_segments(segments), tiktoken_safe,
-                                               validated=True), with_bounds=False)[0]
+        short = self.encode_short(segments, tiktoken_safe, want_ids, self.policy.max_joined_call_chars)
+        if short is not None:
+            return short
+        ids = self.encode_packed(self.pack(segments if validated else validate_segments(segments), tiktoken_safe,
+                                           validated=True), with_bounds=False)[0]
+        return Encoded(ids if want_ids else None, len(ids))
+
+    def encode_short(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool, max_chars: int) -> Encoded | None:
+        """``encode`` of a call of at most ``max_chars`` characters that runs as one compiled call, joined
+        (``segments.join_segments``); None for any other call, which nothing was done for."""
+        joined = join_segments(segments, max_chars) if self.fuses else None
+        if joined is None or not self.runs_fused(len(joined[0])):
+            return None
+        ids = self.stages.encode_joined(*joined, tiktoken_safe, self.flags)
         return Encoded(ids if want_ids else None, len(ids))
 
     def encode_with_bounds(self, segments: Sequence, tiktoken_safe: bool, n_jobs: int | None = None,

@@ -30,7 +30,7 @@ from .chunking import cut_safe_substrings
 
 
 SEPARATOR = b"\xff"  # between two joined segments: a byte that no UTF-8 text contains
-_TUPLE, _PAIR, _BOOL = {tuple}, {2}, {bool}
+_TUPLE, _PAIR, _STR, _BOOL = {tuple}, {2}, {str}, {bool}
 _text, _allow = itemgetter(0), itemgetter(1)
 
 
@@ -110,7 +110,8 @@ def validate_segments(segments: Sequence) -> list[tuple[str, bool]]:
 def join_segments(segments, max_chars: int) -> tuple[bytes, bytes] | None:
     """``(joined, allow)`` of a list or tuple of ``(str, bool)`` pairs with at most ``max_chars``
     characters in all: their UTF-8 joined with ``SEPARATOR`` and their flags as bytes of 0 or 1.
-    None for anything else (other types, lone surrogates, more text), which ``pack_segments`` takes.
+    None for anything else (other types, a str subclass, lone surrogates, more text), which
+    ``pack_segments`` takes.
 
     >>> join_segments([("<|open|>", True), ("hé", False)], 100)
     (b'<|open|>\\xffh\\xc3\\xa9', b'\\x01\\x00')
@@ -120,11 +121,11 @@ def join_segments(segments, max_chars: int) -> tuple[bytes, bytes] | None:
         return None
     texts = list(map(_text, segments))
     allow = list(map(_allow, segments))
-    if set(map(type, allow)) != _BOOL or sum(map(len, texts)) > max_chars:
+    if set(map(type, texts)) != _STR or set(map(type, allow)) != _BOOL or sum(map(len, texts)) > max_chars:
         return None
-    try:  # str.encode takes a str (a subclass's characters, not its own encode) and nothing else
+    try:
         return SEPARATOR.join(map(str.encode, texts)), bytes(allow)
-    except (TypeError, UnicodeEncodeError):  # not a str; lone surrogates: tiktoken fixes them up per sub-string
+    except UnicodeEncodeError:  # lone surrogates: tiktoken fixes them up per sub-string
         return None
 
 

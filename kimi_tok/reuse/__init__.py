@@ -42,10 +42,15 @@ class SegmentReuse:
     def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True) -> Encoded:
         """The call's ids (or only their count), encoding only the segments the cache does not
         hold, then caching them (calls under ``Policy.min_cached_call_chars`` go straight to the engine)."""
+        # shorter calls skip the segment cache and encoding ahead: the engine validates them, and they cost
+        # what they cost without a cache (docs/performance.md, "Where kimi_tok's time goes")
+        policy = self.policy
+        short = self.engine.encode_short(segments, tiktoken_safe, want_ids,
+                                         min(policy.max_joined_call_chars, policy.min_cached_call_chars - 1))
+        if short is not None:
+            return short
         chars = count_chars(segments)
-        if chars is not None and chars < self.policy.min_cached_call_chars:
-            # shorter calls skip the segment cache and encoding ahead: the engine validates them, and they cost
-            # what they cost without a cache (docs/performance.md, "Where kimi_tok's time goes")
+        if chars is not None and chars < policy.min_cached_call_chars:
             return self.engine.encode(segments, tiktoken_safe, want_ids)
         ahead = EncodeAhead.start(self, segments, tiktoken_safe, want_ids)  # before validation: see its docstring
         if ahead is not None:
