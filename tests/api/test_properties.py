@@ -21,6 +21,8 @@ from tests.parity import assert_parity
 
 # module-level: hypothesis tests cannot take function-scoped fixtures; every call goes through the segment cache
 TOK = kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(min_cached_call_chars=0))
+# no cache: short calls are joined (segments.join_segments), not packed
+JOINING = kimi_tok.kimi_k3(segment_cache_bytes=0)
 
 SPECIALS = [
     "<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>", "[EOS]", "[BOS]", "[EOT]", "[PAD]",
@@ -78,6 +80,16 @@ def test_random_segments_match_reference_unchunked(segs):
     from tests.reference import Reference
 
     assert_parity(TOK, Reference(), segs, tiktoken_safe=False)
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(segments, st.booleans())
+def test_random_segments_joined_match_reference(segs, safe):
+    """The same segment lists as short joined calls (the texts' UTF-8 between 0xFF bytes, cut again in the
+    compiled call): the reference's ids."""
+    from tests.reference import Reference
+
+    assert_parity(JOINING, Reference(), segs, tiktoken_safe=safe)
 
 
 @settings(max_examples=300, **SETTINGS)
