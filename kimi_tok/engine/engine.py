@@ -70,11 +70,14 @@ class Engine:
         """``segments`` validated (unless ``validated``) and packed into one UTF-8 buffer."""
         return pack_segments(segments, tiktoken_safe, self.flags, validated=validated)
 
-    def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, validated: bool = False) -> Encoded:
-        """All ids of ``segments`` (validated here unless ``validated``), without any reuse across calls."""
-        short = self.encode_short(segments, tiktoken_safe, want_ids, self.policy.max_joined_call_chars)
-        if short is not None:
-            return short
+    def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, validated: bool = False,
+               joins: bool = True) -> Encoded:
+        """All ids of ``segments`` (validated here unless ``validated``), without any reuse across calls;
+        ``joins``: try ``encode_short`` first (False: the caller already did)."""
+        if joins:
+            short = self.encode_short(segments, tiktoken_safe, want_ids, self.policy.max_joined_call_chars)
+            if short is not None:
+                return short
         ids = self.encode_packed(self.pack(segments if validated else validate_segments(segments), tiktoken_safe,
                                            validated=True), with_bounds=False)[0]
         return Encoded(ids if want_ids else None, len(ids))

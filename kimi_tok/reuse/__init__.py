@@ -51,7 +51,8 @@ class SegmentReuse:
             return short
         chars = count_chars(segments)
         if chars is not None and chars < policy.min_cached_call_chars:
-            return self.engine.encode(segments, tiktoken_safe, want_ids)
+            # encode_short declined it (other types, lone surrogates, too much UTF-8 to run fused): packed
+            return self.engine.encode(segments, tiktoken_safe, want_ids, joins=False)
         ahead = EncodeAhead.start(self, segments, tiktoken_safe, want_ids)  # before validation: see its docstring
         if ahead is not None:
             return ahead.run(self, segments, tiktoken_safe, want_ids)

@@ -118,3 +118,22 @@ def test_a_long_run_of_spaces_cut_by_the_25k_rule_is_joined_alike(tok, ref):
 def test_policy_checks_max_joined_call_chars():
     with pytest.raises(ValueError, match="max_joined_call_chars"):
         Policy.from_env(max_joined_call_chars=-1)
+
+
+@pytest.mark.parametrize("cache_bytes", [0, None])
+def test_few_characters_with_too_much_utf8_to_run_fused_fan_out_alike(ref, cache_bytes):
+    """40,000 characters but 140 KB of UTF-8 on two jobs: too much to run fused, so packed and fanned out
+    (with and without the segment cache), not joined."""
+    kwargs = {} if cache_bytes is None else {"segment_cache_bytes": cache_bytes}
+    tok = kimi_tok.kimi_k3(n_jobs=2, **kwargs)
+    engine = tok._compiled()[0]
+    segments = [("🙂数" * 20_000, False), ("<|open|>", True)]
+    assert not engine.runs_fused(sum(len(text.encode()) for text, _ in segments))
+    calls = []
+    encode_joined = engine.stages.encode_joined
+    engine.stages.encode_joined = lambda *args: calls.append(args) or encode_joined(*args)
+    try:
+        assert_parity(tok, ref, segments)
+    finally:
+        del engine.stages.encode_joined
+    assert calls == []
