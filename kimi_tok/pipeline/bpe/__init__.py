@@ -1,5 +1,5 @@
 """Byte-pair encoding, compiled with numba: tables built once per vocabulary (``tables``, ``build``,
-``char_starts``), merging (``merge``), piece caches kept across calls (``piece_cache``), and the pass over a call's pieces
+``char_starts``, ``seams``), merging (``merge``), piece caches kept across calls (``piece_cache``), and the pass over a call's pieces
 (``encode``)."""
 
 from .encode import encode_piece, encode_runs, max_ids

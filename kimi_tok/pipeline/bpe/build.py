@@ -19,13 +19,14 @@ import numpy as np
 
 from ...native import hashing
 from ...native.hashing import build_span_table, table_size_for
-from . import char_starts as char_starts_module, tables as tables_module
+from . import char_starts as char_starts_module, seams as seams_module, tables as tables_module
 from .char_starts import CHAR_START_CODE_POINTS, build_char_starts
+from .seams import N_BLOCKS, build_seam_tables
 from .tables import (ID_BITS, MAX_VOCABULARY_TOKENS, SHORT_PIECE_BYTES, BpeTables, _build_own_split_table,
                      _build_pair_table, _build_short_table, _byte_tables, _count_pairs, build_long_token_bits, build_pair_filter,
                      own_splits, short_table_entries)
 
-TABLES_FORMAT = 7  # part of the cache file name, with a digest of the source that lays the tables out
+TABLES_FORMAT = 8  # part of the cache file name, with a digest of the source that lays the tables out
 
 
 def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray, root: Path) -> BpeTables:
@@ -54,8 +55,8 @@ def tables_digest(token_bytes: np.ndarray, token_offsets: np.ndarray) -> str:
     """Names the tables of a vocabulary as built by the source that decides their layout (the table,
     character-start and build modules, and ``hashing.py``, whose hashes place the keys), so a changed
     layout never reads tables built by other code."""
-    source = b"".join(Path(module.__file__).read_bytes() for module in (tables_module, char_starts_module, sys.modules[__name__],
-                                                                           hashing))
+    source = b"".join(Path(module.__file__).read_bytes() for module in (tables_module, char_starts_module, seams_module,
+                                                                           sys.modules[__name__], hashing))
     return hashlib.sha256(token_bytes.tobytes() + token_offsets.tobytes() + source).hexdigest()[:32]
 
 
@@ -115,10 +116,15 @@ def build_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray) -> BpeT
     pair_slots = _build_own_split_table(left, right, table_size_for(int(np.count_nonzero(left >= 0))))
     n_short = int(np.count_nonzero(np.diff(token_offsets) <= SHORT_PIECE_BYTES))
     short_slots = _build_short_table(token_bytes, token_offsets, short_table_entries(n_short))
+    no_seams = np.full(N_BLOCKS, -1, dtype=np.int32)
     tables = BpeTables(token_bytes, token_offsets, slots, byte_rank, byte_pair_rank, pair_slots, short_slots,
                        np.zeros(CHAR_START_CODE_POINTS, dtype=np.uint64),
-                       build_long_token_bits(token_bytes, token_offsets), build_pair_filter(left, right))
-    return tables._replace(char_starts=build_char_starts(tables, left, right))
+                       build_long_token_bits(token_bytes, token_offsets), build_pair_filter(left, right),
+                       no_seams, np.zeros(0, dtype=np.uint64))
+    every_token_built = bool(np.all((left >= 0) | (np.diff(token_offsets) == 1)))
+    seam_blocks, seam_words = build_seam_tables(tables, every_token_built)
+    return tables._replace(char_starts=build_char_starts(tables, left, right), seam_blocks=seam_blocks,
+                           seam_words=seam_words)
 
 
 # -- short pieces: two-word keys and entries of packed ids -----------------------------------------

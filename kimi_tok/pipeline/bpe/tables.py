@@ -68,6 +68,8 @@ class BpeTables(NamedTuple):
     char_starts: np.ndarray  # uint64 per code point: the ids a merge may start a character from (char_starts.py)
     long_token_bits: np.ndarray  # uint64[LONG_TOKEN_WORDS]: a bit per hash of the tokens longer than SHORT_PIECE_BYTES
     pair_filter: np.ndarray  # uint64[PAIR_FILTER_WORDS]: a bit per hash of each own split (pairs that may merge)
+    seam_blocks: np.ndarray  # int32 per block of 128 code points: its table in seam_words, or -1 (seams.py)
+    seam_words: np.ndarray  # uint64: per block, which adjacent characters a token may cross, and each one's own ids
 
 
 def short_table_entries(n_keys: int) -> int:
