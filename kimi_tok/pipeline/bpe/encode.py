@@ -131,7 +131,7 @@ def encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
         if cached != EMPTY:
             return _copy_cached_ids(cache, cached, out, n_out)
     n_new = -1
-    if length >= SEAM_MIN_PIECE_BYTES and may_have_seams(tables, buf, start, end):
+    if length >= SEAM_MIN_PIECE_BYTES and max(buf[index(start)], buf[index(start + 1)]) >= UTF8_MULTI_BYTE_LEAD:
         n_new = encode_by_sections(tables, cache, buf, start, end, out, n_out, scratch)
     if n_new < 0:
         n_new = merge_any_piece(tables, buf, start, end, out, n_out, scratch)
@@ -157,7 +157,7 @@ def encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
 @leaf_inline
 def may_have_seams(tables, buf, start, end):
     """Whether the piece ``buf[start:end]`` starts, after at most one ASCII byte, with a character whose block
-    has a seam table (seams.py): only then is ``encode_by_sections`` worth its call."""
+    has a seam table (seams.py): the others are merged whole at once."""
     at = start + np.int64(buf[index(start)] < UTF8_MULTI_BYTE_LEAD)
     if at >= end or buf[index(at)] < UTF8_MULTI_BYTE_LEAD or at + sequence_length(buf[index(at)]) > end:
         return False
@@ -200,6 +200,8 @@ def _encode_section(tables, cache, buf, start, end, out, n_out, scratch, table, 
 def encode_by_sections(tables, cache, buf, start, end, out, n_out, scratch):
     """Ids of the piece ``buf[start:end]`` at ``out[n_out:]``, merged as the sections between its seams, the
     positions no token can cross (seams.py); returns the new ``n_out``, or -1 (nothing written) when it has none."""
+    if not may_have_seams(tables, buf, start, end):
+        return np.int64(-1)
     seam_blocks = tables.seam_blocks
     seam_words = tables.seam_words
     section_start = start
