@@ -65,7 +65,6 @@ class Engine:
             "\n" in text for text in special_tokens
         )
 
-
     def pack(self, segments: Sequence, tiktoken_safe: bool, validated: bool = False) -> PackedSegments:
         """``segments`` validated (unless ``validated``) and packed into one UTF-8 buffer."""
         return pack_segments(segments, tiktoken_safe, self.flags, validated=validated)

@@ -22,7 +22,9 @@ from kimi_tok.pipeline.bpe import build_bpe_tables
 from kimi_tok.pipeline.bpe.seams import BLOCK_SHIFT, BLOCK_SIZE, CROSS_WORDS, ROW_WORDS, SOLO_COUNT_SHIFT
 from kimi_tok.pipeline.bpe.encode import SEAM_MIN_PIECE_BYTES
 
-from tests.parity import describe_mismatch
+from tests.conftest import new_k3_tokenizer
+from tests.engine.test_parallel import SMALL_GROUPS, mode_policy
+from tests.parity import assert_batched_parity
 
 SCRIPTS = {  # letters and marks of scripts whose blocks have tables
     "Thai": [chr(cp) for cp in range(0x0E01, 0x0E5C) if chr(cp).isprintable()],
@@ -142,18 +144,18 @@ def _long_texts(rng: random.Random, n: int) -> list[str]:
     return texts
 
 
-def test_long_pieces_of_scripts_with_tables_match_tiktoken(ref):
-    """Cold caches, then the same texts again (sections cached) and new ones with them."""
+@pytest.mark.parametrize("mode", ["one thread", "threads", "routed"])
+def test_long_pieces_of_scripts_with_tables_match_tiktoken(ref, mode):
+    """Cold caches, then the same texts again (sections cached) and new ones with them; on one thread, on two
+    sharing parts of the text, and with pieces routed by hash (caches without the vocabulary's entries)."""
     rng = random.Random(3)
-    tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+    if mode == "one thread":
+        tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+    else:
+        tok = new_k3_tokenizer(mode_policy(2, mode, **SMALL_GROUPS))
     first = _long_texts(rng, 1500)
     for texts in (first, first, _long_texts(rng, 1500)):
-        got = tok.encode_segments([(t, False) for t in texts], tiktoken_safe=False).ids
-        want = [i for t in texts for i in ref.enc.encode(t, disallowed_special=())]
-        if got != want:
-            for t in texts:  # name the first text that differs
-                one, expected = tok.encode(t, tiktoken_safe=False).ids, ref.enc.encode(t, disallowed_special=())
-                assert one == expected, describe_mismatch(expected, one, repr(t))
+        assert_batched_parity(tok, lambda text: ref.enc.encode(text, disallowed_special=()), texts, mode)
 
 
 def test_pieces_with_bytes_that_are_not_utf8_match_tiktoken(tok, ref):

@@ -53,7 +53,7 @@ def cached_bpe_tables(token_bytes: np.ndarray, token_offsets: np.ndarray, root: 
 
 def tables_digest(token_bytes: np.ndarray, token_offsets: np.ndarray) -> str:
     """Names the tables of a vocabulary as built by the source that decides their layout (the table,
-    character-start and build modules, and ``hashing.py``, whose hashes place the keys), so a changed
+    character-start, seam and build modules, and ``hashing.py``, whose hashes place the keys), so a changed
     layout never reads tables built by other code."""
     source = b"".join(Path(module.__file__).read_bytes() for module in (tables_module, char_starts_module, seams_module,
                                                                            sys.modules[__name__], hashing))

@@ -103,6 +103,15 @@ def _mark_candidates(token_bytes, start, end, suffix, first_block, n_blocks, blo
 
 
 @leaf
+def _mark_one(cp, block_at, masks):
+    """``masks`` (as ``_mark_candidates`` fills them) holding the one code point ``cp``."""
+    masks.fill(0)
+    row = block_at[cp >> BLOCK_SHIFT]
+    if row >= 0:
+        masks[row * ROW_WORDS + ((cp & BLOCK_MASK) >> 6)] = np.uint64(1) << np.uint64(cp & 63)
+
+
+@leaf
 def _char_ending_at(token_bytes, start, split):
     """The code point ending right before ``split`` when the bytes before it (from ``start``) hold its lead
     byte; -2 when they hold only continuation bytes (a fragment); -1 when they cannot be valid text."""
@@ -184,17 +193,11 @@ def build_seam_tables(tables, every_token_built):
                 continue
             # a fragment of a character on one side or both: every character it may belong to
             if a >= 0:
-                left_masks.fill(0)
-                if block_at[a >> BLOCK_SHIFT] >= 0:
-                    left_masks[block_at[a >> BLOCK_SHIFT] * ROW_WORDS + ((a & BLOCK_MASK) >> 6)] = (
-                        np.uint64(1) << np.uint64(a & 63))
+                _mark_one(a, block_at, left_masks)
             else:
                 _mark_candidates(token_bytes, start, split, True, first_block, n_blocks, block_at, left_masks, raw)
             if b >= 0:
-                right_masks.fill(0)
-                if block_at[b >> BLOCK_SHIFT] >= 0:
-                    right_masks[block_at[b >> BLOCK_SHIFT] * ROW_WORDS + ((b & BLOCK_MASK) >> 6)] = (
-                        np.uint64(1) << np.uint64(b & 63))
+                _mark_one(b, block_at, right_masks)
             else:
                 _mark_candidates(token_bytes, split, end, False, first_block, n_blocks, block_at, right_masks, raw)
             for block in range(first_block, first_block + n_blocks):
