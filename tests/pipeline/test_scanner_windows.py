@@ -12,6 +12,8 @@ byte-wise path, in every context at the window's edges.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -33,7 +35,8 @@ TRICKY = [
     "ABc", "aBc", "HTTPServer", "fooBar", "A", "a", "Zz", "zZ",
     "1", "12", "123", "1234", "12345678901", "a1b2", "1a", "x123456",
     " ", "  ", "   ", "\t", " \t", "\t ", "\n", "\n\n", "\r\n", " \n", "\n ", "  \n  ", "\n  \n  ", "\x0b", "\x0c",
-    " \x0b\n", "\n\t\t", "\r", "\r\r\n",
+    " \x0b\n", "\n\t\t", "\r", "\r\r\n", " \n \n", "\n \n", "\n \n x", " \n\n  x", "\t\n\t\n", " \r\n ", "\n\x0c\n",
+    ";\n \n", ";\n\n \nx", ". \n\n", "x \n \n y", "(\n  \n)",
     "(", "((", "(x", "((x", " (x", "  (x", "\t(x", ".\n", ".\n\n", ";\n  x", ")\n \nx", "'x", "x'y", "\"'s",
     "==", "->", "#", "_", "__init__", "@x", "$1", "\x00", "\x1c", "\x7f", "\x1fx",
 ]
@@ -69,6 +72,14 @@ def test_long_runs_crossing_windows():
             _check("x" * 10 + unit * n + "y z")
             _check("x" * 10 + unit * n)
             _check(unit * n + "x" * 80)
+
+
+@pytest.mark.parametrize("alphabet", [" \n;a", " \t\n\rx", " \nA'1("])
+def test_every_short_mix_of_blanks_and_newlines(alphabet):
+    """Every string of six characters of ``alphabet`` (so every shorter one too: blanks before newlines,
+    newlines after symbols, blank runs a newline ends), one after another in one long text: each lands at
+    many window offsets."""
+    _check("x = 1\n" * 12 + "".join("".join(chars) + "z." for chars in itertools.product(alphabet, repeat=6)))
 
 
 ascii_atoms = st.one_of(st.sampled_from(TRICKY), st.characters(min_codepoint=0, max_codepoint=127))

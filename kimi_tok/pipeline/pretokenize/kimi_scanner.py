@@ -356,10 +356,8 @@ def count_text_bytes(run_start, run_end, run_special):
 # ``hangul_classes``) are letters of both cases (Lo): they take part as lowercase ones, which gives the
 # same pieces unless an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in
 # ``한B`` it starts one: a look ahead), so the window's starts end before such a letter. Any other byte of
-# 0x80 or more (another character, or one the window's end cuts) ends them two bytes before it; a window
-# holding whitespace just before a newline (whose piece ends at the run's last newline: a look far
-# ahead) is left to ``next_piece_end``. The rules, with ``prev`` the byte before (and as in the
-# alternatives):
+# 0x80 or more (another character, or one the window's end cuts) ends them two bytes before it. The rules,
+# with ``prev`` the byte before (and as in the alternatives):
 #
 # * a letter starts a piece unless the letter before is a lowercase one and it is not uppercase (2-3),
 #   or the byte before is a prefix ``[^\r\n\p{L}\p{N}]`` that itself starts a piece: a blank always
@@ -368,9 +366,10 @@ def count_text_bytes(run_start, run_end, run_special):
 # * a symbol starts one unless a symbol or a space is before it (5);
 # * a newline starts one after a letter or a digit; after a symbol it belongs to the symbol's piece, after
 #   whitespace to the whitespace's (5-6);
-# * a blank starts one at the start of its run, right after a newline (the run's last, as no blank is
-#   before a newline here, and a run that goes on past the window is final at its start only), and as the
-#   last blank of a run of two or more before a non-blank (7);
+# * a blank starts one at the start of its run; right after a newline of a symbol's piece; right after
+#   another newline unless blanks from it reach a newline (whitespace's piece ends at its run's last
+#   newline; a run that goes on past the window is final at its start only); and as the last blank of a
+#   run of two or more before a non-blank (7);
 # * a contraction ``'s 't 'm 'd 're 've 'll`` (either case) right after a word's letter belongs to the
 #   word, and a piece starts right after it.
 
@@ -420,6 +419,20 @@ def hangul_syllables(buf, base):
 
 
 @leaf_inline
+def _blanks_before_newline(blank, newline):
+    """The blanks from which a run of blanks reaches a newline (within the window), as bits: the
+    blanks before it, each run found in six doubling steps."""
+    reaches = blank & (newline >> np.uint64(1))
+    through = blank  # bit k: the bits k.. k + step - 1 are all blanks
+    step = np.uint64(1)
+    for _ in range(6):
+        reaches |= (reaches >> step) & through
+        through &= through >> step
+        step <<= np.uint64(1)
+    return reaches
+
+
+@leaf_inline
 def _window_starts(buf, base):
     """The piece starts in bits ``WINDOW_FIRST_BIT..limit`` of the window at ``base`` (whose bit
     ``WINDOW_LOOKBACK`` is a piece start), ``limit`` (< ``WINDOW_FIRST_BIT``: not here) and the bit of
@@ -427,8 +440,6 @@ def _window_starts(buf, base):
     high, upper, lower, digit, newline, space, blank, apostrophe = ascii_classes(buf, base)
     one = np.uint64(1)
     white = blank | newline
-    if ((blank << one) & newline) != 0:
-        return np.uint64(0), -1, 0
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
     if high != 0:  # Latin-1 letters and Hangul syllables are classed here; other characters end the window
@@ -479,6 +490,8 @@ def _window_starts(buf, base):
     absorbed = newline & ~(newline + (newline & (symbol << one)))  # newlines right after symbols
     newline_start = newline & ~(white << one) & ~absorbed
     blank_start = blank & (~(white << one) | (newline << one) | ((blank << one) & ~(white >> one)))
+    if ((blank << one) & newline) != 0:  # blanks a newline ends: a blank after a newline is then inside its run's piece
+        blank_start &= ~(_blanks_before_newline(blank, newline) & ((newline & ~absorbed) << one))
     starts = (letter_start | digit_start | symbol_start | newline_start | blank_start | after | FOURTH_BIT) & ~inside
     return starts & FINAL_BITS, limit, unclassed_at
 
