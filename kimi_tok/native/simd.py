@@ -2,7 +2,7 @@
 
 numba vectorizes plain loops, but a scanner needs per-byte classes as bits (bit ``k`` for byte
 ``at + k``) to find piece boundaries with word operations instead of a branch per byte. ``ascii_classes``
-(with ``latin1_letter_classes`` and ``hangul_classes`` for letters beyond ASCII) emit LLVM vector
+(with ``latin1_letter_classes``, ``hangul_classes`` and ``han_classes`` for letters beyond ASCII) emit LLVM vector
 compares on one unaligned 64-byte load; LLVM lowers them to the machine's vector instructions
 (AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
 """
@@ -127,6 +127,33 @@ def hangul_classes(typingctx, buf, at):
                  builder.icmp_unsigned("==", v, _splat(HANGUL_LAST_LEAD)),
                  _in_range(builder, v, *CONTINUATION), _in_range(builder, v, *HIGH_CONTINUATION),
                  _in_range(builder, v, *LOW_CONTINUATION)]
+        return _as_words(context, builder, sig, masks)
+
+    return signature, codegen
+
+
+HAN_LEADS = (0xE5, 5)  # (first, count): E5-E9 start U+5000-U+9FFF, all Han (Script=Han)
+HAN_FIRST_LEAD, HAN_LAST_LEAD = 0xE3, 0xE9  # ... E3 with 90-BF (U+3400-U+3FFF), E4 but with B7 (U+4DC0-U+4DFF)
+HAN_E4_GAP = 0xB7  # the second byte of E4 that starts the Yijing hexagrams, which are not Han
+HAN_E3_SECOND = (0x90, 0x30)
+
+
+@intrinsic
+def han_classes(typingctx, buf, at):
+    """Six ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, from which the caller finds the Han
+    ideographs U+3400-U+4DBF and U+4E00-U+9FFF (three bytes each; every code point there is Script=Han):
+    bytes ``E5``-``E9``, ``E3``, ``E4``, continuation bytes, ``90``-``BF`` and ``B7``."""
+    if not _is_block_source(buf, at):
+        return None
+    signature = types.UniTuple(types.uint64, 6)(buf, at)
+
+    def codegen(context, builder, sig, args):
+        v = _load_block(context, builder, sig, args)
+        masks = [_in_range(builder, v, *HAN_LEADS),
+                 builder.icmp_unsigned("==", v, _splat(HAN_FIRST_LEAD)),
+                 builder.icmp_unsigned("==", v, _splat(HAN_FIRST_LEAD + 1)),
+                 _in_range(builder, v, *CONTINUATION), _in_range(builder, v, *HAN_E3_SECOND),
+                 builder.icmp_unsigned("==", v, _splat(HAN_E4_GAP))]
         return _as_words(context, builder, sig, masks)
 
     return signature, codegen

@@ -5,9 +5,9 @@ Windows run only inside text runs longer than 67 bytes, so these texts are long:
 ASCII sequence (contractions, digit runs, whitespace runs with and without newlines, symbol runs,
 prefixes, case changes) placed at every offset of a window, plus hypothesis-generated ASCII texts,
 with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state. Windows
-also take the two-byte letters U+00C0-U+00FF and the Hangul syllables: each of those letters, the
-syllables at the ends of their ranges, and the code points around them that windows leave to the
-byte-wise path, in every context at the window's edges.
+also take the two-byte letters U+00C0-U+00FF, the Hangul syllables and the Han ideographs: each of those
+letters, the syllables and ideographs at the ends of their ranges, and the code points around them that
+windows leave to the byte-wise path, in every context at the window's edges.
 """
 
 from __future__ import annotations
@@ -104,14 +104,19 @@ LATIN1 = [chr(c) for c in range(0xC0, 0x100)] + ["\u00aa", "\u00b5", "\u00ba", "
                                                  "\u00bf", "\u0100", "\u017f", "\u0080"]
 HANGUL = ["\uac00", "\uafff", "\ub000", "\ucfff", "\ud000", "\ud77f", "\ud780", "\ud7a3", "\ud7a4", "\uabff",
           "\u3131", "\u1100", "\ud55c\uad6d\uc5b4", "\uac00\u00e9"]
-# characters that end what a window decides: whitespace, a mark, Han, a number, Thai, an emoji
-OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u4e2d", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
+# Han ideographs (windows take U+3400-U+4DBF and U+4E00-U+9FFF) and neighbours they do not take: the Yijing
+# hexagrams U+4DC0-U+4DFF, kana and CJK punctuation (E3 lead bytes), Yi, the compatibility ideographs
+HAN = ["\u3400", "\u3fff", "\u4000", "\u4dbf", "\u4dc0", "\u4dff", "\u4e00", "\u4e2d", "\u9fff", "\ua000", "\u33ff",
+       "\u3005", "\u3007", "\u3042", "\u30fc", "\u3002", "\uff0c", "\uf900", "\u2f00", "\U00020000",
+       "\u4e2d\u6587", "\u4e2d\u3042", "\u4e2d\u3002", "\u4e2d\uac00", "\u4e2d\u00e9", "\u4e2d\u0301"]
+# characters that end what a window decides: whitespace, a mark, a number, Thai, an emoji
+OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
                           "\u00c4{}\u00df", "{} {}", "{}  {}", "'{}", "{}B", "{}Bc", "{}BC.", "{}\u00c4b", "{}\u00c4 ",
                           "AB{}c", "{}\uac00B", "  {}", "x  {}y", "{}  \n"]
 
 
-@pytest.mark.parametrize("letter", LATIN1 + HANGUL + OTHER)
+@pytest.mark.parametrize("letter", LATIN1 + HANGUL + HAN + OTHER)
 def test_every_window_letter_in_every_context_at_the_window_edges(letter):
     for context in WINDOW_LETTER_CONTEXTS:
         piece = context.replace("{}", letter)
@@ -121,14 +126,16 @@ def test_every_window_letter_in_every_context_at_the_window_edges(letter):
 
 
 window_letter_atoms = st.one_of(
-    ascii_atoms, ascii_atoms, st.sampled_from(LATIN1 + HANGUL + OTHER),
-    st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", "\u00e9's", "x\u00d7y", "\u00f7", "\ud55c\uad6dX"]),
-    st.characters(min_codepoint=0x80, max_codepoint=0x24F), st.characters(min_codepoint=0xAC00, max_codepoint=0xD7FF))
+    ascii_atoms, ascii_atoms, st.sampled_from(LATIN1 + HANGUL + HAN + OTHER),
+    st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", "\u00e9's", "x\u00d7y", "\u00f7", "\ud55c\uad6dX",
+                     "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
+    st.characters(min_codepoint=0x80, max_codepoint=0x24F), st.characters(min_codepoint=0xAC00, max_codepoint=0xD7FF),
+    st.characters(min_codepoint=0x3300, max_codepoint=0xA0FF))
 
 
 @settings(max_examples=300, **SETTINGS)
 @given(st.lists(window_letter_atoms, min_size=20, max_size=400).map("".join))
-def test_random_text_with_latin1_letters_and_hangul(text):
+def test_random_text_with_latin1_letters_hangul_and_han(text):
     _check(text)
 
 

@@ -23,8 +23,9 @@ import numpy as np
 
 from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
-from ...native.simd import (BLOCK_BYTES, HANGUL_FIRST_LEAD, HANGUL_LAST_LEAD, LATIN1_LEAD, ascii_classes,
-                            hangul_classes, highest_set_bit, latin1_letter_classes, lowest_set_bit)
+from ...native.simd import (BLOCK_BYTES, HAN_FIRST_LEAD, HAN_LAST_LEAD, HANGUL_FIRST_LEAD, HANGUL_LAST_LEAD,
+                            LATIN1_LEAD, ascii_classes, han_classes, hangul_classes, highest_set_bit,
+                            latin1_letter_classes, lowest_set_bit)
 from ...native.utf8 import ASCII_END, code_point_at, sequence_length
 from ...vocab.kimi_k3 import KIMI_PATTERN
 from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE, code_point_flags
@@ -433,6 +434,16 @@ def _blanks_before_newline(blank, newline):
 
 
 @leaf_inline
+def han_ideographs(buf, base):
+    """The first bytes of the Han ideographs U+3400-U+4DBF and U+4E00-U+9FFF that lie wholly in the window
+    at ``base``."""
+    full_lead, e3_lead, e4_lead, continuation, from_90, gap = han_classes(buf, base)
+    one = np.uint64(1)
+    lead = full_lead | (e3_lead & (from_90 >> one)) | (e4_lead & ~(gap >> one))
+    return lead & (continuation >> one) & (continuation >> np.uint64(2))
+
+
+@leaf_inline
 def _window_starts(buf, base):
     """The piece starts in bits ``WINDOW_FIRST_BIT..limit`` of the window at ``base`` (whose bit
     ``WINDOW_LOOKBACK`` is a piece start), ``limit`` (< ``WINDOW_FIRST_BIT``: not here) and the bit of
@@ -442,11 +453,13 @@ def _window_starts(buf, base):
     white = blank | newline
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
+    ideograph = han = np.uint64(0)
     if high != 0:  # Latin-1 letters and Hangul syllables are classed here; other characters end the window
         if (high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)) != 0:
             lead = buf[index(base + lowest_set_bit(high & ~LOW_THREE_BITS))]
-            if lead != LATIN1_LEAD and (lead < HANGUL_FIRST_LEAD or lead > HANGUL_LAST_LEAD):
-                return np.uint64(0), -1, 0  # no start could be final (Chinese, Japanese, Thai, ...)
+            if lead != LATIN1_LEAD and (lead < HANGUL_FIRST_LEAD or lead > HANGUL_LAST_LEAD) and (
+                    lead < HAN_FIRST_LEAD or lead > HAN_LAST_LEAD):
+                return np.uint64(0), -1, 0  # no start could be final (kana, Thai, Cyrillic, ...)
         lead, upper_tail, lower_tail = latin1_letter_classes(buf, base)
         upper_tail &= lead << one
         lower_tail &= lead << one
@@ -454,8 +467,10 @@ def _window_starts(buf, base):
         lower |= lower_tail | (lower_tail >> one)
         syllable = hangul_syllables(buf, base)
         lower |= syllable | (syllable << one) | (syllable << np.uint64(2))
+        ideograph = han_ideographs(buf, base)
+        han = ideograph | (ideograph << one) | (ideograph << np.uint64(2))
         # bytes of other characters, or of ones the window's end cuts: a start needs the byte after it
-        unclassed = high & ~(upper | lower) & ~LOW_THREE_BITS
+        unclassed = high & ~(upper | lower | han) & ~LOW_THREE_BITS
         if unclassed != 0:
             unclassed_at = lowest_set_bit(unclassed)
             limit = unclassed_at - 2
@@ -465,7 +480,7 @@ def _window_starts(buf, base):
         if limit < WINDOW_FIRST_BIT:
             return np.uint64(0), -1, 0
     letter = upper | lower
-    symbol = ~(letter | digit | white)
+    symbol = ~(letter | digit | white | han)
     if (white >> np.uint64(BLOCK_BYTES - 1)) != 0:  # a whitespace run going on past the window: only its start is final
         rest = ~white & (_bit(BLOCK_BYTES - 1) - one)
         limit = min(limit, highest_set_bit(rest) + 1) if rest != 0 else 0
@@ -492,7 +507,9 @@ def _window_starts(buf, base):
     blank_start = blank & (~(white << one) | (newline << one) | ((blank << one) & ~(white >> one)))
     if ((blank << one) & newline) != 0:  # blanks a newline ends: a blank after a newline is then inside its run's piece
         blank_start &= ~(_blanks_before_newline(blank, newline) & ((newline & ~absorbed) << one))
-    starts = (letter_start | digit_start | symbol_start | newline_start | blank_start | after | FOURTH_BIT) & ~inside
+    han_start = ideograph & ~(han << one)  # a run of ideographs is a piece of its own
+    starts = (letter_start | digit_start | symbol_start | newline_start | blank_start | han_start | after
+              | FOURTH_BIT) & ~inside
     return starts & FINAL_BITS, limit, unclassed_at
 
 
