@@ -74,7 +74,7 @@ def test_long_runs_crossing_windows():
             _check(unit * n + "x" * 80)
 
 
-@pytest.mark.parametrize("alphabet", [" \n;a", " \t\n\rx", " \nA'1("])
+@pytest.mark.parametrize("alphabet", [" \n;a", " \t\n\rx", " \nA'1(", " \n\u308b;", " \n\u4e2d\u00e9"])
 def test_every_short_mix_of_blanks_and_newlines(alphabet):
     """Every string of six characters of ``alphabet`` (so every shorter one too: blanks before newlines,
     newlines after symbols, blank runs a newline ends), one after another in one long text: each lands at
@@ -113,7 +113,7 @@ HAN = ["\u3400", "\u3fff", "\u4000", "\u4dbf", "\u4dc0", "\u4dff", "\u4e00", "\u
 OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
                           "\u00c4{}\u00df", "{} {}", "{}  {}", "'{}", "{}B", "{}Bc", "{}BC.", "{}\u00c4b", "{}\u00c4 ",
-                          "AB{}c", "{}\uac00B", "  {}", "x  {}y", "{}  \n"]
+                          "AB{}c", "{}\uac00B", "  {}", "x  {}y", "{}  \n", "{}\n  \nx", "{}\n \n  y", "{} \n \n"]
 
 
 @pytest.mark.parametrize("letter", LATIN1 + HANGUL + HAN + OTHER)

@@ -502,7 +502,9 @@ def _window_starts(buf, base):
     while group != 0:  # every third digit of a run
         group = (group << np.uint64(3)) & digit & (digit << one) & (digit << np.uint64(2))
         digit_start |= group
-    absorbed = newline & ~(newline + (newline & (symbol << one)))  # newlines right after symbols
+    # newlines right after symbols, but for a run from the window's first byte: a piece starts there (the bytes
+    # before it, which this window may not class, end no symbol's piece past it)
+    absorbed = newline & ~(newline + (newline & ((symbol & ~LOW_THREE_BITS) << one)))
     newline_start = newline & ~(white << one) & ~absorbed
     blank_start = blank & (~(white << one) | (newline << one) | ((blank << one) & ~(white >> one)))
     if ((blank << one) & newline) != 0:  # blanks a newline ends: a blank after a newline is then inside its run's piece
