@@ -13,6 +13,7 @@ windows leave to the byte-wise path, in every context at the window's edges.
 from __future__ import annotations
 
 import itertools
+import random
 
 import numpy as np
 import pytest
@@ -113,7 +114,7 @@ HAN = ["\u3400", "\u3fff", "\u4000", "\u4dbf", "\u4dc0", "\u4dff", "\u4e00", "\u
 OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
                           "\u00c4{}\u00df", "{} {}", "{}  {}", "'{}", "{}B", "{}Bc", "{}BC.", "{}\u00c4b", "{}\u00c4 ",
-                          "AB{}c", "{}\uac00B", "  {}", "x  {}y", "{}  \n", "{}\n  \nx", "{}\n \n  y", "{} \n \n"]
+                          "AB{}c", "{}\uac00B", "  {}", "x  {}y", "{}  \n", "{}\n  \nx", "{}\n \n  y", "{} \n \n", "\n  {}\nx", "x\n {}\n "]
 
 
 @pytest.mark.parametrize("letter", LATIN1 + HANGUL + HAN + OTHER)
@@ -137,6 +138,18 @@ window_letter_atoms = st.one_of(
 @given(st.lists(window_letter_atoms, min_size=20, max_size=400).map("".join))
 def test_random_text_with_latin1_letters_hangul_and_han(text):
     _check(text)
+
+
+WHITESPACE_MIXES = [" \n", "\n \n", "\n  \n  ", " \n\n ", "\t\n\t", "\r\n \r\n", "  ", "\n"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_long_random_texts_of_every_window_class(seed):
+    """Long texts of random atoms (tricky ASCII, every letter windows take, their neighbours, whitespace with
+    newlines): windows start after every kind of character, in every state."""
+    rng = random.Random(seed)
+    atoms = TRICKY + LATIN1 + HANGUL + HAN + OTHER + WHITESPACE_MIXES * 4 + ["word", "Word", " the", "123"] * 8
+    _check("".join(rng.choice(atoms) for _ in range(20_000)))
 
 
 @pytest.fixture(scope="module")

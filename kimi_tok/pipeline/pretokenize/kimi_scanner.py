@@ -369,8 +369,9 @@ def count_text_bytes(run_start, run_end, run_special):
 #   whitespace to the whitespace's (5-6);
 # * a blank starts one at the start of its run; right after a newline of a symbol's piece; right after
 #   another newline unless blanks from it reach a newline (whitespace's piece ends at its run's last
-#   newline; a run that goes on past the window is final at its start only); and as the last blank of a
-#   run of two or more before a non-blank (7);
+#   newline; a run that goes on past the window, or reaches a character the window does not class, which may
+#   be whitespace, is final at its start only); and as the last blank of a run of two or more before a
+#   non-blank (7);
 # * a contraction ``'s 't 'm 'd 're 've 'll`` (either case) right after a word's letter belongs to the
 #   word, and a piece starts right after it.
 
@@ -420,10 +421,10 @@ def hangul_syllables(buf, base):
 
 
 @leaf_inline
-def _blanks_before_newline(blank, newline):
-    """The blanks from which a run of blanks reaches a newline (within the window), as bits: the
-    blanks before it, each run found in six doubling steps."""
-    reaches = blank & (newline >> np.uint64(1))
+def _blanks_reaching(blank, stop):
+    """The blanks from which a run of blanks reaches a byte of ``stop`` (within the window), as bits: the
+    runs right before those bytes, found in six doubling steps."""
+    reaches = blank & (stop >> np.uint64(1))
     through = blank  # bit k: the bits k.. k + step - 1 are all blanks
     step = np.uint64(1)
     for _ in range(6):
@@ -507,8 +508,17 @@ def _window_starts(buf, base):
     absorbed = newline & ~(newline + (newline & ((symbol & ~LOW_THREE_BITS) << one)))
     newline_start = newline & ~(white << one) & ~absorbed
     blank_start = blank & (~(white << one) | (newline << one) | ((blank << one) & ~(white >> one)))
-    if ((blank << one) & newline) != 0:  # blanks a newline ends: a blank after a newline is then inside its run's piece
-        blank_start &= ~(_blanks_before_newline(blank, newline) & ((newline & ~absorbed) << one))
+    # a blank right after a newline starts a piece unless blanks from it reach another newline (whitespace's piece
+    # ends at its run's last newline); where they reach a character the window does not class, which may be
+    # whitespace (U+0085, U+00A0, U+3000, ...), that is not known here, and the window's starts end before it
+    after_newline = blank & ((newline & ~absorbed) << one)
+    if ((blank << one) & newline) != 0:
+        blank_start &= ~(_blanks_reaching(blank, newline) & after_newline)
+    unclassed_bytes = high & ~(letter | han)
+    if unclassed_bytes != 0 and after_newline != 0:
+        unknown = _blanks_reaching(blank, unclassed_bytes) & after_newline
+        if unknown != 0:
+            limit = min(limit, lowest_set_bit(unknown) - 1)
     han_start = ideograph & ~(han << one)  # a run of ideographs is a piece of its own
     starts = (letter_start | digit_start | symbol_start | newline_start | blank_start | han_start | after
               | FOURTH_BIT) & ~inside
