@@ -356,9 +356,10 @@ def count_text_bytes(run_start, run_end, run_special):
 # at a letter's second byte (a letter after a letter of the same case). Hangul syllables (three bytes,
 # ``hangul_classes``) are letters of both cases (Lo): they take part as lowercase ones, which gives the
 # same pieces unless an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in
-# ``한B`` it starts one: a look ahead), so the window's starts end before such a letter. Any other byte of
-# 0x80 or more (another character, or one the window's end cuts) ends them two bytes before it. The rules,
-# with ``prev`` the byte before (and as in the alternatives):
+# ``한B`` it starts one: a look ahead), so the window's starts end before such a letter. The Han ideographs
+# U+3400-U+4DBF and U+4E00-U+9FFF (three bytes, ``han_classes``) are a class of their own, neither letters,
+# digits, whitespace nor symbols. Any other byte of 0x80 or more (another character, or one the window's end
+# cuts) ends them two bytes before it. The rules, with ``prev`` the byte before (and as in the alternatives):
 #
 # * a letter starts a piece unless the letter before is a lowercase one and it is not uppercase (2-3),
 #   or the byte before is a prefix ``[^\r\n\p{L}\p{N}]`` that itself starts a piece: a blank always
@@ -373,7 +374,9 @@ def count_text_bytes(run_start, run_end, run_special):
 #   be whitespace, is final at its start only); and as the last blank of a run of two or more before a
 #   non-blank (7);
 # * a contraction ``'s 't 'm 'd 're 've 'll`` (either case) right after a word's letter belongs to the
-#   word, and a piece starts right after it.
+#   word, and a piece starts right after it;
+# * an ideograph starts a piece unless an ideograph is before it (1); whatever follows one starts a piece
+#   by the rules above.
 
 WINDOW_LOOKBACK = 3
 WINDOW_FIRST_BIT, WINDOW_LAST_BIT = 4, 60
@@ -455,7 +458,7 @@ def _window_starts(buf, base):
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
     ideograph = han = np.uint64(0)
-    if high != 0:  # Latin-1 letters and Hangul syllables are classed here; other characters end the window
+    if high != 0:  # Latin-1 letters, Hangul syllables and Han ideographs are classed here; others end the window
         if (high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)) != 0:
             lead = buf[index(base + lowest_set_bit(high & ~LOW_THREE_BITS))]
             if lead != LATIN1_LEAD and (lead < HANGUL_FIRST_LEAD or lead > HANGUL_LAST_LEAD) and (
