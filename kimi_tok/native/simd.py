@@ -48,33 +48,36 @@ def _as_words(context, builder, sig, masks):
     return context.make_tuple(builder, sig.return_type, words)
 
 
+def _block_masks(buf, at, count: int, masks_of):
+    """An intrinsic's typing and codegen: ``count`` ``uint64`` masks of the 64 bytes at ``buf[at]``, each
+    the bits of one vector compare that ``masks_of(builder, block)`` emits; None for other argument types."""
+    if not _is_block_source(buf, at):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _as_words(context, builder, sig, masks_of(builder, _load_block(context, builder, sig, args)))
+
+    return types.UniTuple(types.uint64, count)(buf, at), codegen
+
+
 @intrinsic
 def ascii_classes(typingctx, buf, at):
     """Eight ``uint64`` masks of the 64 bytes ``buf[at:at + 64]`` (a C-contiguous ``uint8`` array; the
     caller keeps ``at + 64`` within it): bytes of 0x80 and up (``HIGH``), ``A-Z``, ``a-z``, ``0-9``,
     ``\\r`` or ``\\n``, the space, the ASCII blanks other than newlines (tab, vertical tab, form feed,
     space) and the apostrophe."""
-    if not _is_block_source(buf, at):
-        return None
-    signature = types.UniTuple(types.uint64, N_CLASSES)(buf, at)
 
-    def codegen(context, builder, sig, args):
-        v = _load_block(context, builder, sig, args)
-
-        def in_range(low: int, count: int):
-            return _in_range(builder, v, low, count)
-
+    def masks_of(builder, v):
         def equal(byte: int):
             return builder.icmp_unsigned("==", v, _splat(byte))
 
         newline = builder.or_(equal(0x0A), equal(0x0D))
         space = equal(0x20)
         blank = builder.or_(builder.or_(space, equal(0x09)), builder.or_(equal(0x0B), equal(0x0C)))
-        masks = [builder.icmp_signed("<", v, _splat(0)), in_range(0x41, 26), in_range(0x61, 26), in_range(0x30, 10),
-                 newline, space, blank, equal(0x27)]
-        return _as_words(context, builder, sig, masks)
+        return [builder.icmp_signed("<", v, _splat(0)), _in_range(builder, v, 0x41, 26),
+                _in_range(builder, v, 0x61, 26), _in_range(builder, v, 0x30, 10), newline, space, blank, equal(0x27)]
 
-    return signature, codegen
+    return _block_masks(buf, at, N_CLASSES, masks_of)
 
 
 LATIN1_LEAD = 0xC3  # the first byte of U+00C0-U+00FF, whose second bytes are 0x80-0xBF
@@ -88,22 +91,16 @@ def latin1_letter_classes(typingctx, buf, at):
     (``C3 80``-``C3 BF`` in UTF-8; not U+00D7 and U+00F7, which are symbols): bytes ``0xC3``, the
     second bytes of uppercase letters (``80``-``9E``) and those of lowercase ones (``9F``-``BF``).
     A second byte counts only where a ``0xC3`` is right before it; the caller checks that."""
-    if not _is_block_source(buf, at):
-        return None
-    signature = types.UniTuple(types.uint64, 3)(buf, at)
 
-    def codegen(context, builder, sig, args):
-        v = _load_block(context, builder, sig, args)
-
+    def masks_of(builder, v):
         def not_equal(byte: int):
             return builder.icmp_unsigned("!=", v, _splat(byte))
 
-        masks = [builder.icmp_unsigned("==", v, _splat(LATIN1_LEAD)),
-                 builder.and_(_in_range(builder, v, *UPPER_TAIL), not_equal(MULTIPLY)),
-                 builder.and_(_in_range(builder, v, *LOWER_TAIL), not_equal(DIVIDE))]
-        return _as_words(context, builder, sig, masks)
+        return [builder.icmp_unsigned("==", v, _splat(LATIN1_LEAD)),
+                builder.and_(_in_range(builder, v, *UPPER_TAIL), not_equal(MULTIPLY)),
+                builder.and_(_in_range(builder, v, *LOWER_TAIL), not_equal(DIVIDE))]
 
-    return signature, codegen
+    return _block_masks(buf, at, 3, masks_of)
 
 
 HANGUL_LEADS = (0xEB, 2)  # (first, count): EB and EC start U+B000-U+CFFF, all Hangul syllables
@@ -116,20 +113,10 @@ def hangul_classes(typingctx, buf, at):
     """Six ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, from which the caller finds the
     Hangul syllables U+AC00-U+D77F (three bytes each; the rare U+D780-U+D7A3 are left out): bytes
     ``EB``-``EC``, ``EA``, ``ED``, continuation bytes (``80``-``BF``), ``B0``-``BF`` and ``80``-``9D``."""
-    if not _is_block_source(buf, at):
-        return None
-    signature = types.UniTuple(types.uint64, 6)(buf, at)
-
-    def codegen(context, builder, sig, args):
-        v = _load_block(context, builder, sig, args)
-        masks = [_in_range(builder, v, *HANGUL_LEADS),
-                 builder.icmp_unsigned("==", v, _splat(HANGUL_FIRST_LEAD)),
-                 builder.icmp_unsigned("==", v, _splat(HANGUL_LAST_LEAD)),
-                 _in_range(builder, v, *CONTINUATION), _in_range(builder, v, *HIGH_CONTINUATION),
-                 _in_range(builder, v, *LOW_CONTINUATION)]
-        return _as_words(context, builder, sig, masks)
-
-    return signature, codegen
+    return _block_masks(buf, at, 6, lambda builder, v: [
+        _in_range(builder, v, *HANGUL_LEADS), builder.icmp_unsigned("==", v, _splat(HANGUL_FIRST_LEAD)),
+        builder.icmp_unsigned("==", v, _splat(HANGUL_LAST_LEAD)), _in_range(builder, v, *CONTINUATION),
+        _in_range(builder, v, *HIGH_CONTINUATION), _in_range(builder, v, *LOW_CONTINUATION)])
 
 
 HAN_LEADS = (0xE5, 5)  # (first, count): E5-E9 start U+5000-U+9FFF, all Han (Script=Han)
@@ -143,20 +130,10 @@ def han_classes(typingctx, buf, at):
     """Six ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, from which the caller finds the Han
     ideographs U+3400-U+4DBF and U+4E00-U+9FFF (three bytes each; every code point there is Script=Han):
     bytes ``E5``-``E9``, ``E3``, ``E4``, continuation bytes, ``90``-``BF`` and ``B7``."""
-    if not _is_block_source(buf, at):
-        return None
-    signature = types.UniTuple(types.uint64, 6)(buf, at)
-
-    def codegen(context, builder, sig, args):
-        v = _load_block(context, builder, sig, args)
-        masks = [_in_range(builder, v, *HAN_LEADS),
-                 builder.icmp_unsigned("==", v, _splat(HAN_FIRST_LEAD)),
-                 builder.icmp_unsigned("==", v, _splat(HAN_FIRST_LEAD + 1)),
-                 _in_range(builder, v, *CONTINUATION), _in_range(builder, v, *HAN_E3_SECOND),
-                 builder.icmp_unsigned("==", v, _splat(HAN_E4_GAP))]
-        return _as_words(context, builder, sig, masks)
-
-    return signature, codegen
+    return _block_masks(buf, at, 6, lambda builder, v: [
+        _in_range(builder, v, *HAN_LEADS), builder.icmp_unsigned("==", v, _splat(HAN_FIRST_LEAD)),
+        builder.icmp_unsigned("==", v, _splat(HAN_FIRST_LEAD + 1)), _in_range(builder, v, *CONTINUATION),
+        _in_range(builder, v, *HAN_E3_SECOND), builder.icmp_unsigned("==", v, _splat(HAN_E4_GAP))])
 
 
 def _zero_count(builder, word, name: str):

@@ -457,7 +457,7 @@ def _window_starts(buf, base):
     white = blank | newline
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
-    ideograph = han = np.uint64(0)
+    ideograph = han = unclassed = np.uint64(0)
     if high != 0:  # Latin-1 letters, Hangul syllables and Han ideographs are classed here; others end the window
         if (high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)) != 0:
             lead = buf[index(base + lowest_set_bit(high & ~LOW_THREE_BITS))]
@@ -517,9 +517,8 @@ def _window_starts(buf, base):
     after_newline = blank & ((newline & ~absorbed) << one)
     if ((blank << one) & newline) != 0:
         blank_start &= ~(_blanks_reaching(blank, newline) & after_newline)
-    unclassed_bytes = high & ~(letter | han)
-    if unclassed_bytes != 0 and after_newline != 0:
-        unknown = _blanks_reaching(blank, unclassed_bytes) & after_newline
+    if unclassed != 0 and after_newline != 0:
+        unknown = _blanks_reaching(blank, unclassed) & after_newline & FINAL_BITS
         if unknown != 0:
             limit = min(limit, lowest_set_bit(unknown) - 1)
     han_start = ideograph & ~(han << one)  # a run of ideographs is a piece of its own
