@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +161,27 @@ def test_batch_bench_compares_encode_batch_with_a_loop():
     for line in ("6 prompts of 3,000 characters", "n_jobs=2", "loop of encode_segments: median",
                  "encode_batch:            median", "ratio: "):
         assert line in result.stdout, result.stdout
+
+
+def test_kernel_profile_maps_samples_onto_the_fused_kernel(tmp_path):
+    """``record`` without perf, then ``report`` on made-up samples: two inside the kernel's code, one outside."""
+    out = tmp_path / "profile"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.kernel_profile", "record", "--kind", "code", "--seconds", "0.5", "--rounds", "2",
+         "--mb", "0.05", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "kernel.json").read_text())
+    assert summary["code_bytes"] == (out / "kernel.bin").stat().st_size > 0
+    assert summary["calls"] >= 2 and summary["kernel"] in summary["kernel_starts"]
+    start = summary["start"]
+    (out / "ips.txt").write_text(f"{start + 16:x}\n{start + 16:x}\n{start + 600:x}\n{start - 1:x}\n")
+    result = subprocess.run([sys.executable, "-m", "bench.kernel_profile", "report", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "4 samples, 75.0% in the fused kernel" in result.stdout, result.stdout
+    regions = re.findall(r"^\s+(0x[0-9a-f]+)\s+([\d.]+)%", result.stdout, re.M)
+    assert regions == [("0x0", "66.7"), ("0x200", "33.3")], result.stdout
+    if shutil.which("objdump"):
+        assert "at 0x10: 66.7%" in result.stdout, result.stdout
