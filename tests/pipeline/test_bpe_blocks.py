@@ -71,3 +71,21 @@ def test_opaque_returns_its_value():
 
     assert through(41) == 82
     assert through(2 ** 40) == 2 ** 41
+
+
+def test_short_pieces_cached_as_several_ids_give_reference_ids(tok, ref):
+    """Blocks of mostly longer pieces (one piece at a time) where short pieces that are not tokens come back:
+    their ids are served from the piece cache's short entry (up to ``MAX_INLINE_IDS``) or, for more ids,
+    from its general table, in the same call and in the next."""
+    ranks = tok.mergeable_ranks()
+    words = ["qzxvbk", "internationalizxation", "Übersetzungsfehler", "vbqzx", "ẞẞẞ"]
+    many = [w for w in ("ᚠᚢᚦᚨᚱ", "ꙮꙮꙮꙮꙮ", "ⰀⰁⰂⰃⰄ", "ꓐꓑꓒꓓꓔ") if len(w.encode()) <= encode.SHORT_PIECE_BYTES
+            and len(ref.encode(w)) > encode.MAX_INLINE_IDS]
+    assert many, "no short letter run of more than MAX_INLINE_IDS ids among the candidates: pick others"
+    assert not any(w.encode() in ranks for w in words + many)
+    rng = random.Random(3)
+    prose = "Permission is hereby granted, free of charge, to any person obtaining a copy".split()
+    lines = [" ".join(rng.choice(prose + words) for _ in range(12)) + "\n" + rng.choice(many) for _ in range(400)]
+    text = "\n".join(lines)
+    for _ in range(2):
+        assert_parity(tok, ref, [(text, False)], tiktoken_safe=False)

@@ -57,7 +57,7 @@ from .tables import (
 # pieces at least this long that miss the caches are merged in sections between their seams (seams.py); shorter
 # ones merged whole as fast or faster in fresh Arabic, Cyrillic and Latin text (docs/performance.md)
 SEAM_MIN_PIECE_BYTES = SMALL_MERGE_BYTES + 1
-PROBE_BLOCK = 32  # pieces whose short-table slots are fetched before any of them is looked up
+PROBE_BLOCK = 64  # pieces whose short-table slots are fetched before any of them is looked up
 # a block with at least this share of pieces of one or two bytes is encoded in passes
 TINY_SHARE = (5, 8)
 
@@ -363,11 +363,17 @@ def _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_
             lo, hi, h = keys[index(j)], keys[index(j + 1)], keys[index(j + 2)]
             if length <= SHORT_PIECE_BYTES:  # most pieces are tokens: their probe first
                 entry, found = find_entry(short_slots, lo, hi, h)
-                if found and entry_count(short_slots, entry) == 1:
-                    out[index(n_out)] = entry_id(short_slots, entry, 0)
-                    n_out += 1
-                    start = end
-                    continue
+                if found:
+                    count = entry_count(short_slots, entry)
+                    if count == 1:
+                        out[index(n_out)] = entry_id(short_slots, entry, 0)
+                        n_out += 1
+                        start = end
+                        continue
+                    if count != IN_GENERAL_TABLE:  # merged before: its ids are in the entry
+                        n_out = emit_entry(short_slots, entry, out, n_out)
+                        start = end
+                        continue
             n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
         start = end
     return n_out
