@@ -165,3 +165,32 @@ def highest_set_bit(typingctx, word):
         return builder.sub(ir.Constant(ir.IntType(64), 63), _zero_count(builder, args[0], "llvm.ctlz"))
 
     return types.int64(word), codegen
+
+
+@intrinsic
+def narrowed_block(typingctx, units, at, out, out_at):
+    """The 64 bytes of code units ``units[at:]`` (a C-contiguous ``uint8``, ``uint16`` or ``uint32`` array:
+    64, 32 or 16 units) stored at ``out[out_at:]`` as their low bytes (a ``uint8`` array; the caller keeps
+    both in bounds); returns a ``uint64`` mask of the units that are not ASCII (bit ``k``: unit ``at + k``),
+    whose stored bytes mean nothing."""
+    if not (isinstance(units, types.Array) and units.dtype in (types.uint8, types.uint16, types.uint32)
+            and units.layout == "C" and isinstance(out, types.Array) and out.dtype == types.uint8
+            and out.layout == "C" and isinstance(at, types.Integer) and isinstance(out_at, types.Integer)):
+        return None
+    width = units.dtype.bitwidth
+    lanes = BLOCK_BYTES * 8 // width
+
+    def codegen(context, builder, sig, args):
+        source = context.make_array(sig.args[0])(context, builder, args[0])
+        target = context.make_array(sig.args[2])(context, builder, args[2])
+        first = context.cast(builder, args[1], sig.args[1], types.intp)
+        into = context.cast(builder, args[3], sig.args[3], types.intp)
+        vector = ir.VectorType(ir.IntType(width), lanes)
+        v = builder.load(builder.bitcast(builder.gep(source.data, [first]), vector.as_pointer()), align=1)
+        high = builder.icmp_unsigned(">=", v, ir.Constant(vector, [0x80] * lanes))
+        low_bytes = builder.trunc(v, ir.VectorType(ir.IntType(8), lanes)) if width > 8 else v
+        builder.store(low_bytes, builder.bitcast(builder.gep(target.data, [into]), low_bytes.type.as_pointer()),
+                      align=1)
+        return builder.zext(builder.bitcast(high, ir.IntType(lanes)), ir.IntType(64))
+
+    return types.uint64(units, at, out, out_at), codegen

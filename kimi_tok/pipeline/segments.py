@@ -19,6 +19,7 @@ already-cut pieces.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import NamedTuple
@@ -26,10 +27,17 @@ from typing import NamedTuple
 import numpy as np
 
 from ..native.jit import kernel
+from ..native.utf8 import utf8_of_utf16
 from .chunking import cut_safe_substrings
 
 
 SEPARATOR = b"\xff"  # between two joined segments: a byte that no UTF-8 text contains
+# A long str of 2-byte characters that is mostly ASCII is encoded through UTF-16 (a near copy of its
+# characters) and a compiled loop that narrows 32 ASCII units at once: half the time of CPython's UTF-8
+# encoder for such text (docs/performance.md, "Packing through UTF-16"). Others take str.encode.
+TRANSCODED_MIN_CHARS = 1 << 15
+SAMPLE_CHARS = 4096  # the head of a str whose share of ASCII decides the way
+MOST_NON_ASCII = 1 / 8  # a larger share of non-ASCII units in the head: str.encode
 _TUPLE, _PAIR, _STR, _BOOL = {tuple}, {2}, {str}, {bool}
 _text, _allow = itemgetter(0), itemgetter(1)
 
@@ -63,6 +71,37 @@ def _segment(seg, index: int) -> tuple[str, bool]:
         # which ids it gets (the segment cache compares texts; packing encodes them).
         text = str.__str__(text)
     return text, _flag(allow, "allow_special", where)
+
+
+def _char_width(text: str) -> int:
+    """Bytes per character of a compact non-ASCII str as CPython stores it (1, 2 or 4; PEP 393), from its
+    size; 0 where sizes do not follow that layout (another Python: then every str takes str.encode)."""
+    return (sys.getsizeof(text) - _COMPACT_HEADER) // (len(text) + 1)
+
+
+_COMPACT_HEADER = sys.getsizeof("\xe9") - 2
+if [_char_width(c * 3) for c in ("\xe9", "\u0436", "\U0001f600")] != [1, 2, 4]:
+    _COMPACT_HEADER = -(1 << 62)  # _char_width is then never 2
+
+
+def utf8_of(text: str) -> bytes | np.ndarray:
+    """``text.encode("utf-8")``, as bytes or a ``uint8`` array; ``UnicodeEncodeError`` for lone surrogates.
+
+    >>> bytes(utf8_of("h\u00e9llo " * 10_000)) == ("h\u00e9llo " * 10_000).encode()
+    True
+    """
+    if len(text) < TRANSCODED_MIN_CHARS or text.isascii() or _char_width(text) != 2:
+        return text.encode("utf-8")
+    head = np.frombuffer(text[:SAMPLE_CHARS].encode("utf-16-le"), dtype=np.uint16)
+    if np.count_nonzero(head >= 0x80) > MOST_NON_ASCII * head.shape[0]:
+        return text.encode("utf-8")
+    units = np.frombuffer(text.encode("utf-16-le"), dtype=np.uint16)  # lone surrogates raise here
+    out = np.empty(3 * units.shape[0] + 64, dtype=np.uint8)
+    n = utf8_of_utf16(units, out)
+    if n < 0:
+        return text.encode("utf-8")
+    out.resize((n,), refcheck=False)  # gives back the room 3-byte characters would have taken, without a copy
+    return out
 
 
 def fix_surrogates(text: str) -> str:
@@ -136,7 +175,7 @@ def pack_segments(
     if not validated:
         segments = validate_segments(segments)
     try:  # the common case: no surrogates, one packed entry per segment
-        chunks = [text.encode("utf-8") for text, _ in segments]
+        chunks = [utf8_of(text) for text, _ in segments]
     except UnicodeEncodeError:
         return _pack_with_surrogates(segments, tiktoken_safe, flags)
     n = len(segments)
@@ -166,11 +205,14 @@ def _pack_with_surrogates(segments: list[tuple[str, bool]], tiktoken_safe: bool,
                    np.array(origin, dtype=np.int64), len(segments))
 
 
-def _packed(chunks: list[bytes], allow: np.ndarray, cut: np.ndarray, origin: np.ndarray,
+def _packed(chunks: list[bytes | np.ndarray], allow: np.ndarray, cut: np.ndarray, origin: np.ndarray,
             n_segments: int) -> PackedSegments:
     lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
     seg_end = np.cumsum(lengths)
-    buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+    if len(chunks) == 1 and isinstance(chunks[0], np.ndarray):
+        buf = chunks[0]  # one transcoded text: no copy
+    else:
+        buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
     return PackedSegments(buf, seg_end - lengths, seg_end, allow, cut, origin, n_segments)
 
 

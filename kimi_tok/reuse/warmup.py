@@ -44,6 +44,7 @@ from ..native import jit
 from ..pipeline.bpe import build_bpe_tables, grown_piece_cache, new_piece_cache
 from ..pipeline.decode import Decoder
 from ..pipeline.offsets import token_spans
+from ..pipeline.segments import TRANSCODED_MIN_CHARS, utf8_of
 from ..vocab import parse_tiktoken_bpe
 from .encode_ahead import OutputMemory
 from .segment_cache import SegmentCache
@@ -101,6 +102,7 @@ def _short_call(engine, reuse, decoder) -> None:
     grown_piece_cache(tiny_cache)
     engine.encode(segments, False, want_ids=False)
     engine.encode_with_bounds(segments, True)
+    utf8_of("\u0436" + "x" * TRANSCODED_MIN_CHARS)  # a long str of 2-byte characters, mostly ASCII: transcoded
     if decoder is not None:
         decoder.decode_bytes(ids)
         # offsets (``return_offsets``) on a decoder of byte tokens: the same kernels without building the
