@@ -123,10 +123,11 @@ def test_agent_loop_turns_encode_ahead(cached, plain, ref, low_thresholds, ahead
 
 
 def test_the_helper_takes_the_parts_left_once_planned(plain, ref, monkeypatch):
-    """The caller holds back until the helper has planned and joined, so the helper encodes
-    parts too; ids and stored segments are exact."""
+    """The caller holds back until the helper has planned, joined and taken its parts, so the helper
+    encodes parts (whichever thread is faster); ids and stored segments are exact."""
     cached = cached_tokenizer(**SHARED_LOW)
     joined = threading.Event()
+    helper_done = threading.Event()
     taken: dict[str, int] = {}
     work = SharedParts.work
 
@@ -134,9 +135,12 @@ def test_the_helper_takes_the_parts_left_once_planned(plain, ref, monkeypatch):
         if threading.current_thread() is threading.main_thread():
             parking.signal_go_from_python(entered, SYS_FUTEX)  # a parked helper plans only after this
             assert joined.wait(10), "the helper never joined"
-        else:
-            joined.set()
+            assert helper_done.wait(10), "the helper never finished its parts"
+            taken[threading.current_thread().name] = n = work(self, piece_cache, entered)
+            return n
+        joined.set()
         taken[threading.current_thread().name] = n = work(self, piece_cache, entered)
+        helper_done.set()
         return n
 
     monkeypatch.setattr(SharedParts, "work", spy)
