@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import index, kernel, leaf
-from .simd import lowest_set_bit, narrowed_block
+from .simd import BLOCK_BYTES, lowest_set_bit, narrowed_block
 
 CONTINUATION_MASK = 0x3F
 TWO_BYTE_LEAD = 0xE0  # leads below this (and >= 0x80) start 2-byte sequences
@@ -18,8 +18,7 @@ ASCII_END = 0x80
 CONTINUATION_END = 0xC0  # continuation bytes are 0x80..0xBF
 FOUR_BYTE_END = 0xF8  # no UTF-8 sequence starts with a byte from here on
 SHORTEST_CODE_POINT = (0, 0, 0x80, 0x800, 0x10000)  # by sequence length: below it the sequence is overlong
-UTF16_BLOCK_UNITS = 32  # UTF-16 units narrowed at once (64 bytes)
-HIGH_SURROGATE, LOW_SURROGATE, SURROGATE_END = 0xD800, 0xDC00, 0xE000
+HIGH_SURROGATE, SURROGATE_END = 0xD800, 0xE000
 
 
 @leaf
@@ -70,43 +69,42 @@ def well_formed_code_point_at(buf, i, width):
 
 
 @kernel
-def utf8_of_utf16(units, out):
-    """The UTF-8 of UTF-16 code units (``uint16``, as ``str.encode("utf-16-le")`` gives them) written to
-    ``out`` (at least ``3 * len(units) + 64`` bytes); returns its length, or -1 at a surrogate that is not
-    half of a pair. Runs of ASCII go 32 units at a time (``simd.narrowed_block``), the rest one by one."""
+def utf8_of_code_points(units, out):
+    """The UTF-8 of code points (``uint16`` or ``uint32``, as a str of 2- or 4-byte characters stores them)
+    written to ``out`` (at least ``4 * len(units) + 64`` bytes); returns its length, or -1 at a surrogate
+    (which UTF-8 cannot encode). Runs of ASCII go 64 bytes of units at a time (``simd.narrowed_block``),
+    the rest one by one."""
     n = units.shape[0]
+    lanes = BLOCK_BYTES // units.itemsize
     i = 0
     j = 0
     while i < n:
-        if i + UTF16_BLOCK_UNITS <= n:
+        if i + lanes <= n:
             high = narrowed_block(units, i, out, j)
             if high == 0:
-                i += UTF16_BLOCK_UNITS
-                j += UTF16_BLOCK_UNITS
+                i += lanes
+                j += lanes
                 continue
             ascii_run = lowest_set_bit(high)  # those bytes are stored already
             i += ascii_run
             j += ascii_run
-        unit = np.int64(units[index(i)])
+        cp = np.int64(units[index(i)])
         i += 1
-        if unit < ASCII_END:
-            out[index(j)] = unit
+        if cp < ASCII_END:
+            out[index(j)] = cp
             j += 1
-        elif unit < 0x800:
-            out[index(j)] = 0xC0 | (unit >> 6)
-            out[index(j + 1)] = 0x80 | (unit & CONTINUATION_MASK)
+        elif cp < 0x800:
+            out[index(j)] = 0xC0 | (cp >> 6)
+            out[index(j + 1)] = 0x80 | (cp & CONTINUATION_MASK)
             j += 2
-        elif unit < HIGH_SURROGATE or unit >= SURROGATE_END:
-            out[index(j)] = 0xE0 | (unit >> 12)
-            out[index(j + 1)] = 0x80 | ((unit >> 6) & CONTINUATION_MASK)
-            out[index(j + 2)] = 0x80 | (unit & CONTINUATION_MASK)
+        elif cp < 0x10000:
+            if HIGH_SURROGATE <= cp < SURROGATE_END:
+                return np.int64(-1)
+            out[index(j)] = 0xE0 | (cp >> 12)
+            out[index(j + 1)] = 0x80 | ((cp >> 6) & CONTINUATION_MASK)
+            out[index(j + 2)] = 0x80 | (cp & CONTINUATION_MASK)
             j += 3
         else:
-            low = np.int64(units[index(i)]) if i < n else np.int64(0)
-            if unit >= LOW_SURROGATE or low < LOW_SURROGATE or low >= SURROGATE_END:
-                return np.int64(-1)
-            i += 1
-            cp = 0x10000 + ((unit - HIGH_SURROGATE) << 10) + (low - LOW_SURROGATE)
             out[index(j)] = 0xF0 | (cp >> 18)
             out[index(j + 1)] = 0x80 | ((cp >> 12) & CONTINUATION_MASK)
             out[index(j + 2)] = 0x80 | ((cp >> 6) & CONTINUATION_MASK)

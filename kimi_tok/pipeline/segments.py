@@ -19,6 +19,7 @@ already-cut pieces.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from collections.abc import Sequence
 from operator import itemgetter
@@ -27,14 +28,14 @@ from typing import NamedTuple
 import numpy as np
 
 from ..native.jit import kernel
-from ..native.utf8 import utf8_of_utf16
+from ..native.utf8 import utf8_of_code_points
 from .chunking import cut_safe_substrings
 
 
 SEPARATOR = b"\xff"  # between two joined segments: a byte that no UTF-8 text contains
-# A long str of 2-byte characters that is mostly ASCII is encoded through UTF-16 (a near copy of its
-# characters) and a compiled loop that narrows 32 ASCII units at once: about 0.6 of the time of CPython's UTF-8
-# encoder for such text (docs/performance.md, "Packing through UTF-16"). Others take str.encode.
+# A long str of 2- or 4-byte characters that is mostly ASCII is encoded by a compiled loop that reads the
+# characters where CPython keeps them and narrows 64 bytes of ASCII at once: a tenth to a fifth of the time of
+# CPython's UTF-8 encoder (docs/performance.md, "Packing from the str's own characters"). Others take str.encode.
 TRANSCODED_MIN_CHARS = 1 << 15
 SAMPLE_CHARS = 4096  # the head of a str whose share of ASCII decides the way
 MOST_NON_ASCII = 1 / 8  # a larger share of non-ASCII units in the head: str.encode
@@ -80,8 +81,10 @@ def _char_width(text: str) -> int:
 
 
 _COMPACT_HEADER = sys.getsizeof("\xe9") - 2
-if [_char_width(c * 3) for c in ("\xe9", "\u0436", "\U0001f600")] != [1, 2, 4]:
-    _COMPACT_HEADER = -(1 << 62)  # _char_width is then never 2
+_UNIT_TYPE = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32)}
+UTF8_PER_UNIT = {2: 3, 4: 4}  # the most UTF-8 bytes one character of that width takes
+if sys.implementation.name != "cpython" or [_char_width(c * 3) for c in ("\xe9", "\u0436", "\U0001f600")] != [1, 2, 4]:
+    _COMPACT_HEADER = -(1 << 62)  # _char_width is then never 2 or 4
 
 
 def utf8_of(text: str) -> bytes | np.ndarray:
@@ -90,18 +93,41 @@ def utf8_of(text: str) -> bytes | np.ndarray:
     >>> bytes(utf8_of("h\u00e9llo " * 10_000)) == ("h\u00e9llo " * 10_000).encode()
     True
     """
-    if len(text) < TRANSCODED_MIN_CHARS or text.isascii() or _char_width(text) != 2:
+    if len(text) < TRANSCODED_MIN_CHARS or text.isascii():
         return text.encode("utf-8")
-    head = np.frombuffer(text[:SAMPLE_CHARS].encode("utf-16-le"), dtype=np.uint16)
-    if np.count_nonzero(head >= 0x80) > MOST_NON_ASCII * head.shape[0]:
+    units = _characters(text)
+    if units is None or np.count_nonzero(units[:SAMPLE_CHARS] >= 0x80) > MOST_NON_ASCII * SAMPLE_CHARS:
         return text.encode("utf-8")
-    units = np.frombuffer(text.encode("utf-16-le"), dtype=np.uint16)  # lone surrogates raise here
-    out = np.empty(3 * units.shape[0] + 64, dtype=np.uint8)
-    n = utf8_of_utf16(units, out)
+    out = np.empty(UTF8_PER_UNIT[units.itemsize] * units.shape[0] + 64, dtype=np.uint8)
+    n = utf8_of_code_points(units, out)  # ``units`` is read while ``text`` is alive, here
     if n < 0:
-        return text.encode("utf-8")
-    out.resize((n,), refcheck=False)  # gives back the room 3-byte characters would have taken, without a copy
+        return text.encode("utf-8")  # raises at the lone surrogate
+    out.resize((n,), refcheck=False)  # gives back the room longer characters would have taken, without a copy
+    out.flags.writeable = False  # read-only as str.encode's bytes are: the kernels compiled for those take it
     return out
+
+
+def _characters(text: str) -> np.ndarray | None:
+    """A str's 2- or 4-byte characters as an array over CPython's own storage (no copy; valid while ``text``
+    lives), or None where its size does not show that layout (1-byte characters, another Python, or a str
+    carrying other buffers)."""
+    width = _char_width(text)
+    if width not in _UNIT_TYPE or sys.getsizeof(text) != _COMPACT_HEADER + (len(text) + 1) * width:
+        return None
+    storage = (ctypes.c_char * (len(text) * width)).from_address(id(text) + _COMPACT_HEADER)
+    return np.frombuffer(storage, dtype=_UNIT_TYPE[width])
+
+
+def _storage_as_expected() -> bool:
+    for probe, codec in (("\u0436xyz" * 3, "utf-16-le"), ("\U0001f600xyz" * 3, "utf-32-le")):
+        units = _characters(probe)
+        if units is None or units.tobytes() != probe.encode(codec):
+            return False
+    return True
+
+
+if not _storage_as_expected():
+    _UNIT_TYPE.clear()  # every str takes str.encode
 
 
 def fix_surrogates(text: str) -> str:

@@ -102,7 +102,8 @@ def _short_call(engine, reuse, decoder) -> None:
     grown_piece_cache(tiny_cache)
     engine.encode(segments, False, want_ids=False)
     engine.encode_with_bounds(segments, True)
-    utf8_of("\u0436" + "x" * TRANSCODED_MIN_CHARS)  # a long str of 2-byte characters, mostly ASCII: transcoded
+    for wide in ("\u0436", "\U0001f600"):  # long strs of 2- and 4-byte characters, mostly ASCII: transcoded
+        utf8_of(wide + "x" * TRANSCODED_MIN_CHARS)
     if decoder is not None:
         decoder.decode_bytes(ids)
         # offsets (``return_offsets``) on a decoder of byte tokens: the same kernels without building the

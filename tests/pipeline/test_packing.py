@@ -1,15 +1,17 @@
-"""Packing long texts: a long str of 2-byte characters that is mostly ASCII is UTF-8 encoded through UTF-16
-and a compiled loop (segments.utf8_of, native.utf8.utf8_of_utf16); the bytes are always str.encode's."""
+"""Packing long texts: a long str of 2- or 4-byte characters that is mostly ASCII is UTF-8 encoded by a compiled
+loop reading the str's own storage (segments.utf8_of, native.utf8.utf8_of_code_points); the bytes are always
+str.encode's."""
 
 from __future__ import annotations
 
+import ctypes
 import random
 
 import numpy as np
 import pytest
 
 import kimi_tok
-from kimi_tok.native.utf8 import utf8_of_utf16
+from kimi_tok.native.utf8 import utf8_of_code_points
 from kimi_tok.pipeline.segments import SAMPLE_CHARS, TRANSCODED_MIN_CHARS, utf8_of
 from tests.parity import assert_parity
 
@@ -29,49 +31,68 @@ def test_every_non_surrogate_code_point_of_the_bmp_among_ascii():
     assert _transcoded(text)
 
 
-@pytest.mark.parametrize("char", ["\x80", "\xe9", "\u07ff", "\u0800", "\u0436", "\u4e2d", "\ud7ff", "\ue000", "\uffff"])
-def test_a_character_at_every_offset_around_the_32_unit_blocks(char):
+def test_every_code_point_above_ascii_in_a_str_of_4_byte_characters():
+    chars = [chr(cp) for cp in range(0x80, 0x110000) if not 0xD800 <= cp < 0xE000]
+    assert _transcoded("x" * SAMPLE_CHARS + "".join(c + "abc" for c in chars))
+
+
+@pytest.mark.parametrize("char", ["\x80", "\xe9", "\u07ff", "\u0800", "\u0436", "\u4e2d", "\ud7ff", "\ue000", "\uffff",
+                                  "\U00010000", "\U0001f600", "\U0010ffff"])
+def test_a_character_at_every_offset_around_the_blocks(char):
+    wide = "\U0001f600" if char > "\uffff" else "\u0436"  # a str of 4-byte characters has 16 units a block
     for offset in range(100):
-        text = "y" * offset + char + "\u0436" + "z" * (LONG + offset)
+        text = "y" * offset + char + wide + "z" * (LONG + offset)
         assert _transcoded(text)
-        assert _transcoded("z" * LONG + "\u0436" + "y" * offset + char)  # and in the tail after the last block
+        assert _transcoded("z" * LONG + wide + "y" * offset + char)  # and in the tail after the last block
+
+
+@pytest.mark.parametrize("wide, tail", [("\u0436", "\u4e2d"), ("\U0001f600", "\U0001f600"), ("\U0001f600", "\u4e2d")])
+def test_an_ascii_head_then_only_the_longest_characters(wide, tail):
+    # the head decides the way; the output must still have room for the tail's 3 or 4 bytes a character
+    assert _transcoded("x" * SAMPLE_CHARS + wide + tail * (4 * LONG))
 
 
 def test_random_mostly_ascii_texts():
     rng = random.Random(5)
-    others = ["\xe9", "\u0436", "\u4e2d", "\u0800", "\uffff", "\n", " ", "\x7f"]
+    others = ["\xe9", "\u0436", "\u4e2d", "\u0800", "\uffff", "\n", " ", "\x7f", "\U0001f600", "\U00010000"]
     for _ in range(40):
         share = rng.choice([0.001, 0.02, 0.1])
         n = LONG + rng.randrange(200)
         text = "".join(rng.choice(others) if rng.random() < share else chr(rng.randrange(32, 127)) for _ in range(n))
-        assert _transcoded(text + "\u0436")  # one 2-byte character makes it a str of 2-byte characters
+        assert _transcoded(text + "\u0436")  # at least 2-byte characters, whatever the draw
 
 
 def test_other_texts_take_str_encode():
     assert not _transcoded("\u0436" * LONG)  # mostly not ASCII
+    assert not _transcoded("\U0001f600" * LONG)
     assert not _transcoded("x" * (LONG - 2) + "\u0436")  # short
     assert not _transcoded("x" * LONG)  # ASCII: str.encode copies it
     assert not _transcoded("x" * LONG + "\xe9")  # one byte per character
-    assert not _transcoded("x" * LONG + "\U0001f600")  # four bytes per character
     assert _transcoded("x" * LONG + "\u0436")
+    assert _transcoded("x" * LONG + "\U0001f600")
 
 
 def test_lone_surrogates_raise_as_str_encode_does():
-    for text in ("x" * LONG + "\ud800" + "\u0436", "\u0436" + "\udc00" + "x" * LONG, "\u0436" + "x" * LONG + "\ud83d"):
+    for text in ("x" * LONG + "\ud800" + "\u0436", "\u0436" + "\udc00" + "x" * LONG, "\u0436" + "x" * LONG + "\ud83d",
+                 "\u0436" + "x" * LONG + "\ud83d\ude00",  # two lone surrogates, not a pair: a str has no pairs
+                 "\U0001f600" + "x" * LONG + "\udfff", "\ud800" + "x" * LONG + "\U0001f600"):
         with pytest.raises(UnicodeEncodeError):
             utf8_of(text)
 
 
-def test_the_loop_rejects_a_surrogate_that_is_not_half_of_a_pair():
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_the_loop_rejects_every_surrogate(dtype):
     def run(units):
-        units = np.array(units + [0x41] * 40, dtype=np.uint16)
-        out = np.empty(3 * units.shape[0] + 64, dtype=np.uint8)
-        n = utf8_of_utf16(units, out)
+        units = np.array(units + [0x41] * 40, dtype=dtype)
+        out = np.empty(4 * units.shape[0] + 64, dtype=np.uint8)
+        n = utf8_of_code_points(units, out)
         return n, bytes(out[:max(n, 0)])
 
-    assert run([0xD83D, 0xDE00]) == (44, "\U0001f600".encode() + b"A" * 40)
-    for units in ([0xD800], [0xDC00], [0xD800, 0x41], [0xDBFF, 0xD800, 0xDC00]):
+    assert run([0x4E2D, 0xD7FF, 0xE000]) == (49, "\u4e2d\ud7ff\ue000".encode() + b"A" * 40)
+    for units in ([0xD800], [0xDC00], [0xDFFF], [0xD83D, 0xDE00], [0x41] * 70 + [0xDBFF]):
         assert run(units)[0] == -1
+    if dtype == np.uint32:
+        assert run([0x1F600, 0x10FFFF]) == (48, "\U0001f600\U0010ffff".encode() + b"A" * 40)
 
 
 def test_packed_calls_with_transcoded_segments_give_reference_ids(ref):
@@ -83,3 +104,14 @@ def test_packed_calls_with_transcoded_segments_give_reference_ids(ref):
     assert _transcoded(text)
     assert_parity(tok, ref, [(text, False)])  # one transcoded segment: packed without a copy
     assert_parity(tok, ref, [("<|open|>", True), (text, False), ("\u00e9t\u00e9 " * 10, False), (text, True)])
+
+
+def test_a_str_holding_its_utf8_too():
+    # the C API keeps a str's UTF-8 beside its characters once asked (as the Rust tokenizers ask); its size then
+    # no longer shows the plain layout, and the bytes must be right whichever way it goes
+    text = "x" * LONG + "\u0436\U0001f600"
+    as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+    as_utf8.restype = ctypes.c_void_p
+    as_utf8.argtypes = [ctypes.py_object, ctypes.c_void_p]
+    assert as_utf8(text, None)
+    assert bytes(utf8_of(text)) == text.encode("utf-8")
