@@ -74,17 +74,14 @@ def _segment(seg, index: int) -> tuple[str, bool]:
     return text, _flag(allow, "allow_special", where)
 
 
-def _char_width(text: str) -> int:
-    """Bytes per character of a compact non-ASCII str as CPython stores it (1, 2 or 4; PEP 393), from its
-    size; 0 where sizes do not follow that layout (another Python: then every str takes str.encode)."""
-    return (sys.getsizeof(text) - _COMPACT_HEADER) // (len(text) + 1)
-
-
-_COMPACT_HEADER = sys.getsizeof("\xe9") - 2
+# Where CPython keeps a compact str's characters (PEP 393): right after its header. The header's ``state``
+# field, after the object header, the length and the hash, holds the character width (bits 2-4) and the
+# compact (bit 5) and ASCII (bit 6) flags; probes check this at import, else every str takes str.encode.
+_STATE_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p) + 2 * ctypes.sizeof(ctypes.c_ssize_t)
+_COMPACT_HEADER = sys.getsizeof("\xe9") - 2  # one 1-byte character and the terminating NUL after the header
 _UNIT_TYPE = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32)}
 UTF8_PER_UNIT = {2: 3, 4: 4}  # the most UTF-8 bytes one character of that width takes
-if sys.implementation.name != "cpython" or [_char_width(c * 3) for c in ("\xe9", "\u0436", "\U0001f600")] != [1, 2, 4]:
-    _COMPACT_HEADER = -(1 << 62)  # _char_width is then never 2 or 4
+_COMPACT, _ASCII = 0x20, 0x40
 
 
 def utf8_of(text: str) -> bytes | np.ndarray:
@@ -109,16 +106,24 @@ def utf8_of(text: str) -> bytes | np.ndarray:
 
 def _characters(text: str) -> np.ndarray | None:
     """A str's 2- or 4-byte characters as an array over CPython's own storage (no copy; valid while ``text``
-    lives), or None where its size does not show that layout (1-byte characters, another Python, or a str
-    carrying other buffers)."""
-    width = _char_width(text)
-    if width not in _UNIT_TYPE or sys.getsizeof(text) != _COMPACT_HEADER + (len(text) + 1) * width:
+    lives), or None for any other str (ASCII, 1-byte characters, not compact) or Python."""
+    if not _UNIT_TYPE:
+        return None
+    state = ctypes.c_uint8.from_address(id(text) + _STATE_OFFSET).value
+    width = (state >> 2) & 7
+    if state & (_COMPACT | _ASCII) != _COMPACT or width not in _UNIT_TYPE:
         return None
     storage = (ctypes.c_char * (len(text) * width)).from_address(id(text) + _COMPACT_HEADER)
     return np.frombuffer(storage, dtype=_UNIT_TYPE[width])
 
 
 def _storage_as_expected() -> bool:
+    if sys.implementation.name != "cpython":
+        return False  # id() need not be an address there
+    for probe in ("xyz" * 3, "\xe9xyz" * 3):
+        state = ctypes.c_uint8.from_address(id(probe) + _STATE_OFFSET).value
+        if state & (_COMPACT | _ASCII) != (_COMPACT | (_ASCII if probe.isascii() else 0)) or (state >> 2) & 7 != 1:
+            return False
     for probe, codec in (("\u0436xyz" * 3, "utf-16-le"), ("\U0001f600xyz" * 3, "utf-32-le")):
         units = _characters(probe)
         if units is None or units.tobytes() != probe.encode(codec):

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import ctypes
 import random
+import sys
 
 import numpy as np
 import pytest
 
 import kimi_tok
 from kimi_tok.native.utf8 import utf8_of_code_points
-from kimi_tok.pipeline.segments import SAMPLE_CHARS, TRANSCODED_MIN_CHARS, utf8_of
+from kimi_tok.pipeline.segments import SAMPLE_CHARS, TRANSCODED_MIN_CHARS, _characters, utf8_of
 from tests.parity import assert_parity
 
 LONG = TRANSCODED_MIN_CHARS
@@ -106,12 +107,28 @@ def test_packed_calls_with_transcoded_segments_give_reference_ids(ref):
     assert_parity(tok, ref, [("<|open|>", True), (text, False), ("\u00e9t\u00e9 " * 10, False), (text, True)])
 
 
-def test_a_str_holding_its_utf8_too():
-    # the C API keeps a str's UTF-8 beside its characters once asked (as the Rust tokenizers ask); its size then
-    # no longer shows the plain layout, and the bytes must be right whichever way it goes
-    text = "x" * LONG + "\u0436\U0001f600"
+def _hold_utf8(text: str) -> None:
+    """Make CPython keep the UTF-8 of ``text`` beside its characters, as the Rust tokenizers' C API calls do."""
     as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
     as_utf8.restype = ctypes.c_void_p
     as_utf8.argtypes = [ctypes.py_object, ctypes.c_void_p]
     assert as_utf8(text, None)
+
+
+def test_a_str_holding_its_utf8_too():
+    text = "x" * LONG + "\u0436\U0001f600"
+    _hold_utf8(text)
+    assert _transcoded(text)
+
+
+def test_a_str_of_2_byte_characters_with_the_size_of_a_4_byte_one():
+    # n characters whose UTF-8 takes 2n + 1 bytes: held beside them, the str's size is that of n 4-byte
+    # characters, so its size must not decide how its characters are read
+    head = "x" * LONG
+    text = head + "\u4e2d" * (LONG + 1)
+    assert len(text.encode()) == 2 * len(text) + 1
+    _hold_utf8(text)
+    assert sys.getsizeof(text) == sys.getsizeof("\U0001f600" * len(text))
+    assert _characters(text).dtype == np.uint16
     assert bytes(utf8_of(text)) == text.encode("utf-8")
+    assert bytes(utf8_of(head + "\u4e2d" + head)) == (head + "\u4e2d" + head).encode()
