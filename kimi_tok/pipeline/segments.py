@@ -36,7 +36,7 @@ SEPARATOR = b"\xff"  # between two joined segments: a byte that no UTF-8 text co
 # A long str of 2- or 4-byte characters that is mostly ASCII is encoded by a compiled loop that reads the
 # characters where CPython keeps them and narrows 64 bytes of ASCII at once: a tenth to a fifth of the time of
 # CPython's UTF-8 encoder (docs/performance.md, "Packing from the str's own characters"). Others take str.encode.
-TRANSCODED_MIN_CHARS = 1 << 15
+TRANSCODED_MIN_CHARS = 1 << 14  # its fixed cost (~6 us a call) is then below str.encode's
 SAMPLE_CHARS = 4096  # the head of a str whose share of ASCII decides the way
 MOST_NON_ASCII = 1 / 8  # a larger share of non-ASCII units in the head: str.encode
 _TUPLE, _PAIR, _STR, _BOOL = {tuple}, {2}, {str}, {bool}
