@@ -107,6 +107,21 @@ def test_packed_calls_with_transcoded_segments_give_reference_ids(ref):
     assert_parity(tok, ref, [("<|open|>", True), (text, False), ("\u00e9t\u00e9 " * 10, False), (text, True)])
 
 
+def test_transcoded_strs_of_4_byte_characters_and_wide_tails_give_reference_ids(ref):
+    tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+    rng = random.Random(11)
+    words = ["\U0001f600", "x\U0001f680y", "\U00020000\u4e2d", "caf\u00e9", "<|open|>", "\u0436\u0443\u043a"]
+    code = "\n".join(rng.choice(words) if rng.random() < 0.05 else f"    value_{rng.randrange(1000)} = {rng.random():.3f}"
+                     for _ in range(LONG // 12))
+    wide_tail = "x" * SAMPLE_CHARS + "\u0436" + "\u4e2d\u6587 \uff0c" * LONG  # ASCII head, then all CJK
+    emoji_tail = "y" * SAMPLE_CHARS + "\U0001f600 " * LONG
+    assert _characters(code).dtype == _characters(emoji_tail).dtype == np.uint32
+    for text in (code, wide_tail, emoji_tail):
+        assert _transcoded(text)
+        assert_parity(tok, ref, [(text, False)])
+    assert_parity(tok, ref, [("<|open|>", True), (code, True), (wide_tail, False), (emoji_tail, False)])
+
+
 def _hold_utf8(text: str) -> None:
     """Make CPython keep the UTF-8 of ``text`` beside its characters, as the Rust tokenizers' C API calls do."""
     as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
