@@ -369,7 +369,8 @@ def serving_encoders(peers: dict) -> dict[str, Callable[[Segments], object]]:
     run_serving.tokenizers = (cached, plain)  # for --profile and the memory line
     # The call order rotates, so each encoder always follows the same one. The two kimi_tok
     # tokenizers share compiled code and tables: the cache-off one goes between peers, never right
-    # after the default one, which left it warm branch predictors (10% at 1k-10k; docs/performance.md).
+    # after the default one, which left them warm for it despite the 64 MB written (10% at 1k-10k;
+    # docs/performance.md).
     peer_calls = [(name, peer.encode_segments) for name, peer in peers.items()]
     middle = (len(peer_calls) + 1) // 2
     return dict([(KIMI, lambda segments: cached.encode_segments(segments).into_numpy()["ids"]), *peer_calls[:middle],
