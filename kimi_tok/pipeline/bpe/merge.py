@@ -15,10 +15,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ...native import atomics
 from ...native.jit import index, kernel, leaf, leaf_inline
 from ...native.utf8 import sequence_length, well_formed_code_point_at
 from .char_starts import CHAR_START_CODE_POINTS, start_count, start_first_length, start_id
-from .tables import FIBONACCI, ID_BITS, NO_MERGE, may_merge, pair_rank
+from .tables import FIBONACCI, ID_BITS, NO_MERGE, may_merge, pair_rank, prefetch_pair
 
 SMALL_MERGE_BYTES = 32  # pieces up to this size merge over packed arrays of parts and ranks
 SCAN_MERGE_BYTES = 128  # longer ones up to this size merge by a scan over their byte positions
@@ -80,16 +81,20 @@ def merge_scan_piece(tables, buf, start, end, out, n_out, scratch):
         at = np.int64(best & POSITION_MASK)
         rank = np.int64(best >> POSITION_BITS)
         right = next_part[index(at)]
+        after = next_part[index(right)]
+        before = prev_part[index(at)]
+        if after < n:
+            prefetch_rank(tables, scratch, rank, parts[index(after)])
+        if before >= 0:
+            prefetch_rank(tables, scratch, parts[index(before)], rank)
         parts[index(at)] = rank
         keys[index(right)] = NO_KEY
-        after = next_part[index(right)]
         next_part[index(at)] = after
         if after < n:
             prev_part[index(after)] = at
             keys[index(at)] = scan_key(merge_rank(tables, scratch, rank, parts[index(after)]), at)
         else:
             keys[index(at)] = NO_KEY
-        before = prev_part[index(at)]
         if before >= 0:
             keys[index(before)] = scan_key(merge_rank(tables, scratch, parts[index(before)], rank), before)
     return emit_linked_parts(parts, next_part, n, out, n_out)
@@ -151,6 +156,10 @@ def merge_small_piece(tables, buf, start, end, out, n_out, scratch):
                 at = k
         if best == NO_MERGE:
             break
+        if at + 2 < m:  # the parts next to the merged one, before the shift moves the right one down
+            prefetch_rank(tables, scratch, best, parts[index(at + 2)])
+        if at > 0:
+            prefetch_rank(tables, scratch, parts[index(at - 1)], best)
         parts[index(at)] = best
         for k in range(at + 1, m - 1):
             parts[index(k)] = parts[index(k + 1)]
@@ -303,6 +312,16 @@ def merge_rank(tables, scratch, left, right):
     return rank
 
 
+@leaf_inline
+def prefetch_rank(tables, scratch, left, right):
+    """Start loading what ``merge_rank(tables, scratch, left, right)`` reads (filter word, memo slot,
+    first pair-table slot): a merge step prefetches both of its new pairs before it shifts its parts,
+    so their look-ups overlap (docs/performance.md, "Fresh pieces on the serving path")."""
+    key = (np.uint64(left) << np.uint64(ID_BITS)) | np.uint64(right)
+    prefetch_pair(tables, key)
+    atomics.prefetch(scratch.pair_memo, (key * FIBONACCI) >> np.uint64(64 - MEMO_BITS))
+
+
 @leaf
 def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
     """Merge a piece of any length with a heap of (rank, position); returns the new ``n_out``.
@@ -341,9 +360,14 @@ def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
         if ranks[index(at)] != rank:
             continue  # stale: the part's right neighbour changed
         right = next_part[index(at)]
+        after = next_part[index(right)]
+        before = prev_part[index(at)]
+        if after < count:
+            prefetch_rank(tables, scratch, rank, parts[index(after)])
+        if before >= 0:
+            prefetch_rank(tables, scratch, parts[index(before)], rank)
         parts[index(at)] = rank
         parts[index(right)] = -1
-        after = next_part[index(right)]
         next_part[index(at)] = after
         ranks[index(at)] = NO_MERGE
         if after < count:
@@ -351,7 +375,6 @@ def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
             ranks[index(at)] = merge_rank(tables, scratch, rank, parts[index(after)])
             if ranks[index(at)] != NO_MERGE:
                 size = _heap_push(heap, size, (np.int64(ranks[index(at)]) << RANK_SHIFT) | at)
-        before = prev_part[index(at)]
         if before >= 0:
             ranks[index(before)] = merge_rank(tables, scratch, parts[index(before)], rank)
             if ranks[index(before)] != NO_MERGE:

@@ -360,6 +360,14 @@ def build_pair_filter(left, right):
 
 
 @leaf_inline
+def prefetch_pair(tables, key):
+    """Start loading what ``may_merge`` and ``pair_rank`` read for this pair key (its filter word and
+    first table slot), so that the look-ups of a merge step overlap instead of waiting in turn."""
+    atomics.prefetch(tables.pair_filter, pair_filter_bit(key) >> np.uint64(6))
+    atomics.prefetch(tables.pair_slots, pair_slot(key, np.uint64(tables.pair_slots.shape[0] - 1)))
+
+
+@leaf_inline
 def may_merge(tables, key):
     """False when the pair with this key (``pair_key``) certainly does not merge."""
     bit = pair_filter_bit(key)
