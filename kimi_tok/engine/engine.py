@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -28,12 +29,13 @@ from ..pipeline.bpe import BpeTables
 from ..pipeline.chunking import cut_chunks, cut_substrings
 from ..pipeline.pretokenize.kimi_scanner import split_at_safe_points
 from ..pipeline.pretokenize.unicode_classes import code_point_flags
-from ..pipeline.segments import PackedSegments, join_segments, pack_segments, segment_bounds, validate_segments
+from ..pipeline.segments import (TRANSCODED_MIN_CHARS, PackedSegments, join_segments, pack_segments,
+                                 segment_bounds, validate_segments)
 from .parts import SharedParts
 from .policy import Policy
 from .processes import EncoderSpec, encode_on_processes
 from .routing import HashRouter, encode_on_threads
-from .threads import encode_groups_on_threads, encode_parts_on_threads, split_spans
+from .threads import encode_groups_on_threads, encode_parts_on_threads, split_spans, utf8_on_threads
 
 
 class Encoded(NamedTuple):
@@ -66,8 +68,16 @@ class Engine:
         )
 
     def pack(self, segments: Sequence, tiktoken_safe: bool, validated: bool = False) -> PackedSegments:
-        """``segments`` validated (unless ``validated``) and packed into one UTF-8 buffer."""
-        return pack_segments(segments, tiktoken_safe, self.flags, validated=validated)
+        """``segments`` validated (unless ``validated``) and packed into one UTF-8 buffer; a long call's
+        texts are transcoded on ``n_jobs`` threads (``threads.utf8_on_threads``)."""
+        if not validated:
+            segments = validate_segments(segments)
+        policy = self.policy
+        utf8 = None
+        if policy.n_jobs > 1 and policy.backend == "threads" and \
+                sum(len(text) for text, _ in segments) >= policy.min_parallel_pack_chars:
+            utf8 = partial(utf8_on_threads, n_jobs=policy.n_jobs, min_chars=TRANSCODED_MIN_CHARS)
+        return pack_segments(segments, tiktoken_safe, self.flags, validated=True, utf8=utf8)
 
     def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, validated: bool = False,
                joins: bool = True) -> Encoded:

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..pipeline.segments import PackedSegments
+from ..pipeline.segments import PackedSegments, utf8_of
 from .parts import SharedParts
 from .policy import Policy
 
@@ -106,6 +106,40 @@ def encode_parts_on_threads(encoder, packed: PackedSegments, flags: np.ndarray, 
             if not helper.cancel():
                 helper.result()  # it took parts: every part is done once it has returned
     return shared.ids_and_bounds()
+
+
+def utf8_on_threads(texts: list[str], n_jobs: int, min_chars: int) -> list:
+    """``utf8_of`` of each text, the long ones shared with ``n_jobs - 1`` pool threads, longest first,
+    to whichever thread has the fewest characters so far. The long ones are transcoded without the GIL,
+    so the threads overlap there (``segments.utf8_of``); the others are done on this thread."""
+    out: list = [None] * len(texts)
+    shares: list[list[int]] = [[] for _ in range(n_jobs)]
+    loads = [0] * n_jobs
+    for i in sorted((i for i, text in enumerate(texts) if len(text) >= min_chars), key=lambda i: -len(texts[i])):
+        least = loads.index(min(loads))
+        shares[least].append(i)
+        loads[least] += len(texts[i])
+
+    def convert(indices) -> None:
+        for i in indices:
+            out[i] = utf8_of(texts[i])
+
+    pool = thread_pool(n_jobs)
+    helpers = [(pool.submit(convert, share), share) for share in shares[1:] if share]
+    try:
+        convert(shares[0])
+        convert(i for i, text in enumerate(texts) if len(text) < min_chars)
+    except BaseException:
+        for helper, _ in helpers:
+            if not helper.cancel():
+                helper.exception()  # wait: it writes into ``out`` and reads the texts
+        raise
+    for helper, share in helpers:
+        if helper.cancel():
+            convert(share)  # not started (the pool is busy with another call): done here
+        else:
+            helper.result()  # raises what it raised (UnicodeEncodeError: a lone surrogate)
+    return out
 
 
 def concatenate_groups(parts):

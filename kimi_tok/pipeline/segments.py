@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -200,13 +200,15 @@ def join_segments(segments, max_chars: int) -> tuple[bytes, bytes] | None:
 
 
 def pack_segments(
-    segments: Sequence, tiktoken_safe: bool, flags: np.ndarray, validated: bool = False
+    segments: Sequence, tiktoken_safe: bool, flags: np.ndarray, validated: bool = False,
+    utf8: Callable[[list[str]], list] | None = None,
 ) -> PackedSegments:
-    """Validate ``segments`` (unless ``validated``) and pack them; ``TypeError`` names a bad index."""
+    """Validate ``segments`` (unless ``validated``) and pack them; ``TypeError`` names a bad index.
+    ``utf8``: what makes each text's ``utf8_of`` (the engine's makes long calls' on two threads)."""
     if not validated:
         segments = validate_segments(segments)
     try:  # the common case: no surrogates, one packed entry per segment
-        chunks = [utf8_of(text) for text, _ in segments]
+        chunks = [utf8_of(text) for text, _ in segments] if utf8 is None else utf8([text for text, _ in segments])
     except UnicodeEncodeError:
         return _pack_with_surrogates(segments, tiktoken_safe, flags)
     n = len(segments)

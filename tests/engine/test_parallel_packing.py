@@ -1,0 +1,103 @@
+"""A long call's texts transcoded on several threads (``threads.utf8_on_threads``) pack to the same
+buffer as on one thread, and the ids equal the reference's."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import kimi_tok
+from kimi_tok.engine import threads
+from kimi_tok.pipeline.segments import TRANSCODED_MIN_CHARS, pack_segments, utf8_of
+from tests.conftest import k3_tokenizer
+from tests.parity import assert_parity
+
+LOW = {"min_parallel_pack_chars": 1_000, "segment_cache_bytes": 0}
+
+
+def mixed_segments(seed: int) -> list[tuple[str, bool]]:
+    """Long texts of every kind utf8_of meets (ASCII, 1-byte Latin, 2-byte mostly ASCII or mostly not,
+    4-byte) between short template segments."""
+    rng = np.random.default_rng(seed)
+    n = TRANSCODED_MIN_CHARS + 3_000
+    kinds = [
+        "def f(x):\n    return x + 1\n" * (n // 27 + 1),
+        "caf\u00e9 cr\u00e8me br\u00fbl\u00e9e " * (n // 20),
+        "hello \u4e16\u754c world, " * (n // 15),
+        "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440 " * (n // 11),
+        "emoji \U0001f600 in code = 1;\n" * (n // 24),
+        "x" * 50 + "\u4e2d\u6587" * (n // 2),
+    ]
+    order = rng.permutation(len(kinds))
+    segments: list[tuple[str, bool]] = []
+    for k in order:
+        segments += [("<|im_user|>", True), (kinds[k][: n + int(rng.integers(0, 2_000))], False), ("\n", False)]
+    return segments
+
+
+def test_parallel_utf8_equals_one_thread():
+    """Every text's UTF-8 is the same whichever thread made it, and the packed buffers are equal."""
+    segments = mixed_segments(0)
+    texts = [text for text, _ in segments]
+    got = threads.utf8_on_threads(texts, 3, TRANSCODED_MIN_CHARS)
+    assert [bytes(chunk) for chunk in got] == [text.encode("utf-8") for text in texts]
+    one = pack_segments(segments, True, None)
+    many = pack_segments(segments, True, None, utf8=lambda ts: threads.utf8_on_threads(ts, 2, TRANSCODED_MIN_CHARS))
+    assert bytes(one.buf) == bytes(many.buf)
+    for field in ("seg_start", "seg_end", "allow_special", "needs_cuts", "origin"):
+        assert np.array_equal(getattr(one, field), getattr(many, field)), field
+
+
+def test_parallel_utf8_runs_on_pool_threads(monkeypatch):
+    """The long texts are shared: some are transcoded on another thread than the caller's."""
+    seen = set()
+    real = threads.utf8_of
+
+    def spy(text):
+        if len(text) >= TRANSCODED_MIN_CHARS:
+            seen.add(threading.get_ident())
+        return real(text)
+
+    monkeypatch.setattr(threads, "utf8_of", spy)
+    threads.utf8_on_threads([text for text, _ in mixed_segments(1)], 2, TRANSCODED_MIN_CHARS)
+    assert len(seen) == 2
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_parallel_packing_ids_equal_reference(ref, seed):
+    """A tokenizer that packs from 1,000 characters on two threads gives the reference's ids."""
+    tok = k3_tokenizer(kimi_tok.Policy.from_env(n_jobs=2).replace(**LOW))
+    assert_parity(tok, ref, mixed_segments(seed))
+
+
+def test_parallel_packing_lone_surrogate(ref):
+    """A lone surrogate in a text another thread transcodes is fixed up as the reference does."""
+    tok = k3_tokenizer(kimi_tok.Policy.from_env(n_jobs=2).replace(**LOW))
+    segments = mixed_segments(4)
+    text, allow = segments[4]
+    segments[4] = (text[:5_000] + "\ud800" + text[5_000:], allow)
+    with pytest.raises(UnicodeEncodeError):
+        threads.utf8_on_threads([t for t, _ in segments], 2, TRANSCODED_MIN_CHARS)
+    assert_parity(tok, ref, segments)
+
+
+def test_parallel_packing_busy_pool():
+    """With the pool's threads busy, the caller transcodes their share itself rather than wait."""
+    release = threading.Event()
+    pool = threads.thread_pool(2)
+    blockers = [pool.submit(release.wait) for _ in range(pool._max_workers)]
+    try:
+        texts = [text for text, _ in mixed_segments(5)]
+        got = threads.utf8_on_threads(texts, 2, TRANSCODED_MIN_CHARS)
+        assert [bytes(chunk) for chunk in got] == [text.encode("utf-8") for text in texts]
+    finally:
+        release.set()
+        for blocker in blockers:
+            blocker.result()
+
+
+def test_policy_rejects_bad_threshold():
+    with pytest.raises(ValueError, match="min_parallel_pack_chars"):
+        kimi_tok.Policy.from_env().replace(min_parallel_pack_chars=0)
