@@ -83,10 +83,7 @@ def merge_scan_piece(tables, buf, start, end, out, n_out, scratch):
         right = next_part[index(at)]
         after = next_part[index(right)]
         before = prev_part[index(at)]
-        if after < n:
-            prefetch_rank(tables, scratch, rank, parts[index(after)])
-        if before >= 0:
-            prefetch_rank(tables, scratch, parts[index(before)], rank)
+        prefetch_neighbours(tables, scratch, parts, rank, before, after, n)
         parts[index(at)] = rank
         keys[index(right)] = NO_KEY
         next_part[index(at)] = after
@@ -322,6 +319,16 @@ def prefetch_rank(tables, scratch, left, right):
     atomics.prefetch(scratch.pair_memo, (key * FIBONACCI) >> np.uint64(64 - MEMO_BITS))
 
 
+@leaf_inline
+def prefetch_neighbours(tables, scratch, parts, rank, before, after, end):
+    """``prefetch_rank`` of the pairs a merge into ``rank`` makes with the parts at positions ``before`` and
+    ``after`` (linked-list merges; -1 or ``end``: no such part)."""
+    if after < end:
+        prefetch_rank(tables, scratch, rank, parts[index(after)])
+    if before >= 0:
+        prefetch_rank(tables, scratch, parts[index(before)], rank)
+
+
 @leaf
 def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
     """Merge a piece of any length with a heap of (rank, position); returns the new ``n_out``.
@@ -362,10 +369,7 @@ def merge_long_piece(tables, buf, start, end, out, n_out, scratch):
         right = next_part[index(at)]
         after = next_part[index(right)]
         before = prev_part[index(at)]
-        if after < count:
-            prefetch_rank(tables, scratch, rank, parts[index(after)])
-        if before >= 0:
-            prefetch_rank(tables, scratch, parts[index(before)], rank)
+        prefetch_neighbours(tables, scratch, parts, rank, before, after, count)
         parts[index(at)] = rank
         parts[index(right)] = -1
         next_part[index(at)] = after
