@@ -10,7 +10,7 @@ import pytest
 
 import kimi_tok
 from kimi_tok.engine import threads
-from kimi_tok.pipeline.segments import TRANSCODED_MIN_CHARS, pack_segments, utf8_of
+from kimi_tok.pipeline.segments import TRANSCODED_MIN_CHARS, pack_segments
 from tests.conftest import k3_tokenizer
 from tests.parity import assert_parity
 
@@ -88,11 +88,15 @@ def test_parallel_packing_busy_pool():
     release = threading.Event()
     pool = threads.thread_pool(2)
     blockers = [pool.submit(release.wait) for _ in range(pool._max_workers)]
+    timer = threading.Timer(60, release.set)  # a caller that waited for the pool would fail here, not hang
+    timer.start()
     try:
         texts = [text for text, _ in mixed_segments(5)]
         got = threads.utf8_on_threads(texts, 2, TRANSCODED_MIN_CHARS)
+        assert not release.is_set(), "the call waited for the busy pool's threads"
         assert [bytes(chunk) for chunk in got] == [text.encode("utf-8") for text in texts]
     finally:
+        timer.cancel()
         release.set()
         for blocker in blockers:
             blocker.result()
