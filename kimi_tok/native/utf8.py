@@ -72,8 +72,9 @@ def well_formed_code_point_at(buf, i, width):
 def utf8_of_code_points(units, out):
     """The UTF-8 of code points (``uint16`` or ``uint32``, as a str of 2- or 4-byte characters stores them)
     written to ``out`` (at least ``4 * len(units) + 64`` bytes); returns its length, or -1 at a surrogate
-    (which UTF-8 cannot encode). Runs of ASCII go 64 bytes of units at a time (``simd.narrowed_block``),
-    the rest one by one."""
+    (which UTF-8 cannot encode). Runs of ASCII go 64 bytes of units at a time (``simd.narrowed_block``);
+    after a character that is not ASCII the loop goes one by one up to the next ASCII character, so a
+    run of other characters is not looked at a block at a time for each of them."""
     n = units.shape[0]
     lanes = BLOCK_BYTES // units.itemsize
     i = 0
@@ -88,26 +89,29 @@ def utf8_of_code_points(units, out):
             ascii_run = lowest_set_bit(high)  # those bytes are stored already
             i += ascii_run
             j += ascii_run
-        cp = np.int64(units[index(i)])
-        i += 1
-        if cp < ASCII_END:
-            out[index(j)] = cp
-            j += 1
-        elif cp < 0x800:
-            out[index(j)] = 0xC0 | (cp >> 6)
-            out[index(j + 1)] = 0x80 | (cp & CONTINUATION_MASK)
-            j += 2
-        elif cp < 0x10000:
-            if HIGH_SURROGATE <= cp < SURROGATE_END:
-                return np.int64(-1)
-            out[index(j)] = 0xE0 | (cp >> 12)
-            out[index(j + 1)] = 0x80 | ((cp >> 6) & CONTINUATION_MASK)
-            out[index(j + 2)] = 0x80 | (cp & CONTINUATION_MASK)
-            j += 3
-        else:
-            out[index(j)] = 0xF0 | (cp >> 18)
-            out[index(j + 1)] = 0x80 | ((cp >> 12) & CONTINUATION_MASK)
-            out[index(j + 2)] = 0x80 | ((cp >> 6) & CONTINUATION_MASK)
-            out[index(j + 3)] = 0x80 | (cp & CONTINUATION_MASK)
-            j += 4
+        while i < n:
+            cp = np.int64(units[index(i)])
+            i += 1
+            if cp < ASCII_END:
+                out[index(j)] = cp
+                j += 1
+                if i + lanes <= n:
+                    break  # blocks again
+            elif cp < 0x800:
+                out[index(j)] = 0xC0 | (cp >> 6)
+                out[index(j + 1)] = 0x80 | (cp & CONTINUATION_MASK)
+                j += 2
+            elif cp < 0x10000:
+                if HIGH_SURROGATE <= cp < SURROGATE_END:
+                    return np.int64(-1)
+                out[index(j)] = 0xE0 | (cp >> 12)
+                out[index(j + 1)] = 0x80 | ((cp >> 6) & CONTINUATION_MASK)
+                out[index(j + 2)] = 0x80 | (cp & CONTINUATION_MASK)
+                j += 3
+            else:
+                out[index(j)] = 0xF0 | (cp >> 18)
+                out[index(j + 1)] = 0x80 | ((cp >> 12) & CONTINUATION_MASK)
+                out[index(j + 2)] = 0x80 | ((cp >> 6) & CONTINUATION_MASK)
+                out[index(j + 3)] = 0x80 | (cp & CONTINUATION_MASK)
+                j += 4
     return np.int64(j)

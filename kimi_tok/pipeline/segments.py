@@ -33,12 +33,11 @@ from .chunking import cut_safe_substrings
 
 
 SEPARATOR = b"\xff"  # between two joined segments: a byte that no UTF-8 text contains
-# A long str of 2- or 4-byte characters that is mostly ASCII is encoded by a compiled loop that reads the
-# characters where CPython keeps them and narrows 64 bytes of ASCII at once: a tenth to a fifth of the time of
-# CPython's UTF-8 encoder (docs/performance.md, "Packing from the str's own characters"). Others take str.encode.
+# A long str of 2- or 4-byte characters is encoded by a compiled loop that reads the characters where CPython
+# keeps them, without the GIL: a tenth to a fifth of the time of CPython's UTF-8 encoder where it is mostly ASCII,
+# about as fast where it is not (docs/performance.md, "Packing from the str's own characters"). Others take
+# str.encode: ASCII (a copy already) and 1-byte characters.
 TRANSCODED_MIN_CHARS = 1 << 14  # its fixed cost (~6 us a call) is then below str.encode's
-SAMPLE_CHARS = 4096  # the head of a str whose share of ASCII decides the way
-MOST_NON_ASCII = 1 / 8  # a larger share of non-ASCII units in the head: str.encode
 _TUPLE, _PAIR, _STR, _BOOL = {tuple}, {2}, {str}, {bool}
 _text, _allow = itemgetter(0), itemgetter(1)
 
@@ -93,7 +92,7 @@ def utf8_of(text: str) -> bytes | np.ndarray:
     if len(text) < TRANSCODED_MIN_CHARS or text.isascii():
         return text.encode("utf-8")
     units = _characters(text)
-    if units is None or np.count_nonzero(units[:SAMPLE_CHARS] >= 0x80) > MOST_NON_ASCII * SAMPLE_CHARS:
+    if units is None:
         return text.encode("utf-8")
     out = np.empty(UTF8_PER_UNIT[units.itemsize] * units.shape[0] + 64, dtype=np.uint8)
     n = utf8_of_code_points(units, out)  # ``units`` is read while ``text`` is alive, here

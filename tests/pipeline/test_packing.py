@@ -1,6 +1,5 @@
-"""Packing long texts: a long str of 2- or 4-byte characters that is mostly ASCII is UTF-8 encoded by a compiled
-loop reading the str's own storage (segments.utf8_of, native.utf8.utf8_of_code_points); the bytes are always
-str.encode's."""
+"""Packing long texts: a long str of 2- or 4-byte characters is UTF-8 encoded by a compiled loop reading the str's
+own storage (segments.utf8_of, native.utf8.utf8_of_code_points); the bytes are always str.encode's."""
 
 from __future__ import annotations
 
@@ -13,10 +12,11 @@ import pytest
 
 import kimi_tok
 from kimi_tok.native.utf8 import utf8_of_code_points
-from kimi_tok.pipeline.segments import SAMPLE_CHARS, TRANSCODED_MIN_CHARS, _characters, utf8_of
+from kimi_tok.pipeline.segments import TRANSCODED_MIN_CHARS, _characters, utf8_of
 from tests.parity import assert_parity
 
 LONG = TRANSCODED_MIN_CHARS
+HEAD = 4096  # an ASCII head longer than many blocks
 
 
 def _transcoded(text: str) -> bool:
@@ -28,13 +28,13 @@ def _transcoded(text: str) -> bool:
 
 def test_every_non_surrogate_code_point_of_the_bmp_among_ascii():
     chars = [chr(cp) for cp in range(0x80, 0x10000) if not 0xD800 <= cp < 0xE000]
-    text = "x" * SAMPLE_CHARS + "".join(c + "abcdefg" for c in chars)
+    text = "x" * HEAD + "".join(c + "abcdefg" for c in chars)
     assert _transcoded(text)
 
 
 def test_every_code_point_above_ascii_in_a_str_of_4_byte_characters():
     chars = [chr(cp) for cp in range(0x80, 0x110000) if not 0xD800 <= cp < 0xE000]
-    assert _transcoded("x" * SAMPLE_CHARS + "".join(c + "abc" for c in chars))
+    assert _transcoded("x" * HEAD + "".join(c + "abc" for c in chars))
 
 
 @pytest.mark.parametrize("char", ["\x80", "\xe9", "\u07ff", "\u0800", "\u0436", "\u4e2d", "\ud7ff", "\ue000", "\uffff",
@@ -49,8 +49,8 @@ def test_a_character_at_every_offset_around_the_blocks(char):
 
 @pytest.mark.parametrize("wide, tail", [("\u0436", "\u4e2d"), ("\U0001f600", "\U0001f600"), ("\U0001f600", "\u4e2d")])
 def test_an_ascii_head_then_only_the_longest_characters(wide, tail):
-    # the head decides the way; the output must still have room for the tail's 3 or 4 bytes a character
-    assert _transcoded("x" * SAMPLE_CHARS + wide + tail * (4 * LONG))
+    # the output must have room for the tail's 3 or 4 bytes a character
+    assert _transcoded("x" * HEAD + wide + tail * (4 * LONG))
 
 
 def test_random_mostly_ascii_texts():
@@ -63,9 +63,32 @@ def test_random_mostly_ascii_texts():
         assert _transcoded(text + "\u0436")  # at least 2-byte characters, whatever the draw
 
 
+@pytest.mark.parametrize("dtype_char", ["\u0436", "\U0001f600"])
+def test_runs_of_other_characters_of_every_length_at_every_offset(dtype_char):
+    # one by one after a character that is not ASCII, back to blocks at the next ASCII one: runs of every
+    # length, ending at every offset of a block and in the tail after the last block
+    rng = random.Random(3)
+    alphabet = ["\xe9", "\u0436", "\u07ff", "\u0800", "\u4e2d", "\uffff", "\U00010000", "\U0010ffff"]
+    if dtype_char < "\uffff":
+        alphabet = alphabet[:6]
+    for offset in range(40):
+        pieces = [dtype_char]
+        while sum(map(len, pieces)) < LONG + offset:
+            pieces.append("a" * rng.choice([0, 1, 2, 15, 16, 31, 32, 33, 70]))
+            pieces.append("".join(rng.choice(alphabet) for _ in range(rng.choice([1, 2, 3, 16, 40, 200]))))
+        text = "".join(pieces)
+        assert _transcoded(text)
+        assert _transcoded(text + "b" * offset)
+        assert _transcoded("c" * offset + text[::-1])
+
+
+def test_texts_that_are_mostly_not_ascii():
+    for text in ("\u0436" * LONG, "\U0001f600" * LONG, ("\u4e2d\u6587 " * LONG)[:LONG], "\u0e01\u0e32\u0e23" * LONG,
+                 "\u0436" + "\xe9" * LONG):
+        assert _transcoded(text)
+
+
 def test_other_texts_take_str_encode():
-    assert not _transcoded("\u0436" * LONG)  # mostly not ASCII
-    assert not _transcoded("\U0001f600" * LONG)
     assert not _transcoded("x" * (LONG - 2) + "\u0436")  # short
     assert not _transcoded("x" * LONG)  # ASCII: str.encode copies it
     assert not _transcoded("x" * LONG + "\xe9")  # one byte per character
@@ -113,8 +136,8 @@ def test_transcoded_strs_of_4_byte_characters_and_wide_tails_give_reference_ids(
     words = ["\U0001f600", "x\U0001f680y", "\U00020000\u4e2d", "caf\u00e9", "<|open|>", "\u0436\u0443\u043a"]
     code = "\n".join(rng.choice(words) if rng.random() < 0.05 else f"    value_{rng.randrange(1000)} = {rng.random():.3f}"
                      for _ in range(LONG // 12))
-    wide_tail = "x" * SAMPLE_CHARS + "\u0436" + "\u4e2d\u6587 \uff0c" * LONG  # ASCII head, then all CJK
-    emoji_tail = "y" * SAMPLE_CHARS + "\U0001f600 " * LONG
+    wide_tail = "x" * HEAD + "\u0436" + "\u4e2d\u6587 \uff0c" * LONG  # ASCII head, then all CJK
+    emoji_tail = "y" * HEAD + "\U0001f600 " * LONG
     assert _characters(code).dtype == _characters(emoji_tail).dtype == np.uint32
     for text in (code, wide_tail, emoji_tail):
         assert _transcoded(text)
