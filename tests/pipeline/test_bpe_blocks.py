@@ -47,6 +47,16 @@ def test_blocks_of_tiny_pieces_give_reference_ids(tok, ref):
         assert_parity(tok, ref, [(_tiny_piece_text(rng, tok, n_lines), False)], tiktoken_safe=False)
 
 
+def test_blocks_answered_in_full_and_blocks_with_one_piece_left_give_reference_ids(tok, ref):
+    """A block whose pieces passes 1-3 all answered is copied out whole; one piece they leave (a pair that
+    is not a token, a piece longer than the short keys) at any place in a block sends it through the loop."""
+    digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(12))  # pieces of 1-3 bytes
+    for leftover in (_pairs_that_are_not_tokens(tok)[0], "7internationalization7"):
+        texts = [digests[:k] + leftover + digests[k:] for k in range(0, 260, 3)]
+        assert_parity(tok, ref, [(text, False) for text in texts], tiktoken_safe=False)
+    assert_parity(tok, ref, [(digests * 40, False)], tiktoken_safe=False)
+
+
 def test_text_that_switches_between_tiny_and_long_pieces_gives_reference_ids(tok, ref):
     """Blocks switch between the two ways as the share of one- and two-byte pieces changes."""
     rng = random.Random(7)

@@ -304,7 +304,16 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
                                   keys[index(3 * j + 2)])
         block[index(j)] = entry_id(short_slots, entry, 0) if found and entry_count(short_slots, entry) == 1 \
             else NO_MERGE
-    # 4. the ids in order
+    # 4. the ids in order: a plain copy where every piece was answered (ids, digests: most blocks), else one
+    #    by one, the others looked up or merged
+    n_pieces = block_end - p
+    unanswered = 0
+    for j in range(n_pieces):
+        unanswered += np.int64(block[index(j)] == NO_MERGE)
+    if unanswered == 0:
+        for j in range(n_pieces):
+            out[index(n_out + j)] = block[index(j)]
+        return n_out + n_pieces
     for q in range(p, block_end):
         end = piece_end[index(q)]
         j = q - p
