@@ -59,7 +59,7 @@ from .tables import (
 SEAM_MIN_PIECE_BYTES = SMALL_MERGE_BYTES + 1
 PROBE_BLOCK = 64  # pieces whose short-table slots are fetched before any of them is looked up
 # a block with at least this share of pieces of one or two bytes is encoded in passes
-TINY_SHARE = (5, 8)
+TINY_SHARE = (3, 8)
 
 
 @leaf_inline
