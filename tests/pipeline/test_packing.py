@@ -88,6 +88,23 @@ def test_texts_that_are_mostly_not_ascii():
         assert _transcoded(text)
 
 
+def test_texts_that_are_mostly_not_ascii_give_reference_ids(ref):
+    tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+    rng = random.Random(13)
+    words = ["\u041f\u0440\u0438\u0432\u0435\u0442", "\u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35", "\u4e2d\u6587\u5b57",
+             "\u0645\u0631\u062d\u0628\u0627", "\u3053\u3093\u306b\u3061\u306f", "ok", "42", "\U0001f600"]
+    texts = [" ".join(rng.choice(words[:5]) for _ in range(LONG // 5)),
+             "".join(rng.choice(words) + rng.choice([" ", "", ", ", "\n"]) for _ in range(LONG // 4))]
+    for text in texts:
+        assert _transcoded(text)
+        assert_parity(tok, ref, [(text, False)])
+    # a lone surrogate inside a run of other characters: the reference's fix-up, not the loop's bytes
+    broken = texts[0][:LONG // 2] + "\ud800" + texts[0][LONG // 2:]
+    with pytest.raises(UnicodeEncodeError):
+        utf8_of(broken)
+    assert_parity(tok, ref, [("<|open|>", True), (broken, False), (texts[1], True)])
+
+
 def test_other_texts_take_str_encode():
     assert not _transcoded("x" * (LONG - 2) + "\u0436")  # short
     assert not _transcoded("x" * LONG)  # ASCII: str.encode copies it
@@ -113,7 +130,8 @@ def test_the_loop_rejects_every_surrogate(dtype):
         return n, bytes(out[:max(n, 0)])
 
     assert run([0x4E2D, 0xD7FF, 0xE000]) == (49, "\u4e2d\ud7ff\ue000".encode() + b"A" * 40)
-    for units in ([0xD800], [0xDC00], [0xDFFF], [0xD83D, 0xDE00], [0x41] * 70 + [0xDBFF]):
+    for units in ([0xD800], [0xDC00], [0xDFFF], [0xD83D, 0xDE00], [0x41] * 70 + [0xDBFF],
+                  [0x4E2D] * 70 + [0xD800], [0x0436] * 3 + [0x41] + [0x0436] * 40 + [0xDFFF]):  # inside a run
         assert run(units)[0] == -1
     if dtype == np.uint32:
         assert run([0x1F600, 0x10FFFF]) == (48, "\U0001f600\U0010ffff".encode() + b"A" * 40)
