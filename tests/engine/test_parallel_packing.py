@@ -51,13 +51,21 @@ def test_parallel_utf8_equals_one_thread():
 
 
 def test_parallel_utf8_runs_on_pool_threads(monkeypatch):
-    """The long texts are shared: some are transcoded on another thread than the caller's."""
+    """The long texts are shared: some are transcoded on another thread than the caller's.
+
+    The caller waits (up to 30 s) for a pool thread to start on its share: otherwise, on a loaded
+    machine, the caller may finish its own share first and take back the helper's unstarted one."""
     seen = set()
+    helper_started = threading.Event()
     real = threads.utf8_of
 
     def spy(text):
         if len(text) >= TRANSCODED_MIN_CHARS:
             seen.add(threading.get_ident())
+            if threading.current_thread() is threading.main_thread():
+                helper_started.wait(30)
+            else:
+                helper_started.set()
         return real(text)
 
     monkeypatch.setattr(threads, "utf8_of", spy)
