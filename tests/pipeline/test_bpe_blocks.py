@@ -50,9 +50,9 @@ def test_blocks_of_tiny_pieces_give_reference_ids(tok, ref):
 def test_blocks_answered_in_full_and_blocks_with_one_piece_left_give_reference_ids(tok, ref):
     """A block whose pieces passes 1-3 all answered is copied out whole; one piece they leave (a pair that
     is not a token, a piece longer than the short keys) at any place in a block sends it through the loop."""
-    digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(12))  # pieces of 1-3 bytes
-    for leftover in (_pairs_that_are_not_tokens(tok)[0], "7internationalization7"):
-        texts = [digests[:k] + leftover + digests[k:] for k in range(0, 260, 3)]
+    digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(encode.PROBE_BLOCK // 4))
+    for leftover in (_pairs_that_are_not_tokens(tok)[0], "7internationalization7"):  # digests: pieces of 1-3 bytes
+        texts = [digests[:k] + leftover + digests[k:] for k in range(0, 3 * encode.PROBE_BLOCK, 3)]
         assert_parity(tok, ref, [(text, False) for text in texts], tiktoken_safe=False)
     assert_parity(tok, ref, [(digests * 40, False)], tiktoken_safe=False)
 
