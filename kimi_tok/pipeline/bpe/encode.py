@@ -57,7 +57,7 @@ from .tables import (
 # pieces at least this long that miss the caches are merged in sections between their seams (seams.py); shorter
 # ones merged whole as fast or faster in fresh Arabic, Cyrillic and Latin text (docs/performance.md)
 SEAM_MIN_PIECE_BYTES = SMALL_MERGE_BYTES + 1
-PROBE_BLOCK = 128  # pieces whose short-table slots are fetched before any of them is looked up
+PROBE_BLOCK = 256  # pieces whose short-table slots are fetched before any of them is looked up
 # a block with at least this share of pieces of one or two bytes is encoded in passes
 TINY_SHARE = (3, 8)
 
