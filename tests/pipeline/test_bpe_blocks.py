@@ -57,6 +57,25 @@ def test_blocks_answered_in_full_and_blocks_with_one_piece_left_give_reference_i
     assert_parity(tok, ref, [(digests * 40, False)], tiktoken_safe=False)
 
 
+def test_blocks_of_tiny_pieces_with_a_few_long_ones_give_reference_ids(tok, ref):
+    """A block of tiny pieces goes in passes with up to ``MAX_LONG_IN_PASSES`` long pieces, by length with
+    more: the same ids either way, for long pieces that are tokens, cached or merged."""
+    digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(encode.PROBE_BLOCK // 4))
+    longs = ["7internationalization7", "7qzxvbkjwqzxvbkjw7", " " * 20]
+    rng = random.Random(13)
+    texts = []
+    for n_long in range(encode.MAX_LONG_IN_PASSES + 3):
+        for _ in range(20):
+            at = sorted(rng.randrange(0, 3 * encode.PROBE_BLOCK) for _ in range(n_long))
+            text, last = "", 0
+            for k in at:
+                text += digests[last:k] + rng.choice(longs)
+                last = k
+            texts.append(text + digests[last:])
+    for _ in range(2):
+        assert_parity(tok, ref, [(text, False) for text in texts], tiktoken_safe=False)
+
+
 def test_text_that_switches_between_tiny_and_long_pieces_gives_reference_ids(tok, ref):
     """Blocks switch between the two ways as the share of one- and two-byte pieces changes."""
     rng = random.Random(7)
@@ -99,3 +118,43 @@ def test_short_pieces_cached_as_several_ids_give_reference_ids(tok, ref):
     text = "\n".join(lines)
     for _ in range(2):
         assert_parity(tok, ref, [(text, False)], tiktoken_safe=False)
+
+
+def _letter_runs_by_id_count(tok, ref, most: int) -> dict[int, str]:
+    """Runs of ASCII letters (one piece each between digits) that are not tokens, by their number of ids
+    (``most`` for that many or more)."""
+    ranks = tok.mergeable_ranks()
+    rng = random.Random(5)
+    found: dict[int, str] = {}
+    for _ in range(20_000):
+        word = "".join(rng.choice("qzxvbkjw") for _ in range(rng.randrange(3, encode.SHORT_PIECE_BYTES + 1)))
+        n_ids = len(ref.encode(f"7{word}7")) - 2
+        if word.encode() not in ranks and n_ids >= 2:
+            found.setdefault(min(n_ids, most), word)
+    return found
+
+
+def test_short_pieces_of_several_ids_in_blocks_of_tiny_pieces_give_reference_ids(tok, ref):
+    """In passes, a short piece the cache holds as up to ``MAX_INLINE_IDS`` ids is answered from its short
+    entry, one of more ids through ``encode_piece`` (the general table); merged in one call, cached in the next.
+    Such pieces mid-text, at a text's very end and at the ends of the parts two threads share."""
+    words = _letter_runs_by_id_count(tok, ref, encode.MAX_INLINE_IDS + 1)
+    assert set(words) == set(range(2, encode.MAX_INLINE_IDS + 2)), words
+    digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(encode.PROBE_BLOCK // 2))
+    texts = []
+    for word in words.values():
+        piece = f"7{word}7"
+        texts += [digests + piece, piece + digests, digests + piece[:-1], digests[:-1] + piece[:-1]]
+        texts += [digests[:k] + piece + digests[k:] for k in range(0, 3 * encode.PROBE_BLOCK, 37)]
+    for _ in range(2):  # merged, then from the piece cache
+        assert_parity(tok, ref, [(text, False) for text in texts], tiktoken_safe=False)
+        for text in texts[:8]:
+            assert_parity(tok, ref, [(text, False)], tiktoken_safe=False)
+    rng = random.Random(11)
+    mixed = "".join(digests[rng.randrange(64):][:rng.randrange(40, 400)] + f"7{rng.choice(list(words.values()))}7"
+                    for _ in range(600))
+    shared = kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(n_jobs=2, segment_cache_bytes=0).replace(
+        min_bytes_per_job=4096, min_bytes_per_shared_job=4096, fan_out_part_bytes=2048, unit_bytes=2048))
+    for _ in range(3):
+        assert_parity(shared, ref, [(mixed, False)], tiktoken_safe=False)
+        assert_parity(shared, ref, [(mixed, False)])

@@ -9,10 +9,11 @@ cached.
 
 Pieces go in blocks of ``PROBE_BLOCK``, one piece at a time with a branch on its length
 (``_block_by_length``), or, where at least ``TINY_SHARE`` of a block's pieces have one or two
-bytes (digests, ids, numbers), in passes (``_block_in_passes``): there the length of the next piece is
+bytes (digests, ids, numbers) and at most ``MAX_LONG_IN_PASSES`` are long, in passes (``_block_in_passes``): there the length of the next piece is
 not predictable and a mispredicted branch per piece cost more than the lookups. Bytes and byte
 pairs are then answered by loads and conditional moves, the longer pieces probed in a pass of
-their own, and only misses branch (docs/performance.md, "Pieces of one or two bytes").
+their own, and only misses branch (docs/performance.md, "Pieces of one or two bytes", "Which blocks go in
+passes").
 
 Everything a piece needs, its merge included, is compiled into the loop over the pieces
 (``encode_piece`` is inlined): a call between compiled functions passes each array as a struct
@@ -58,8 +59,10 @@ from .tables import (
 # ones merged whole as fast or faster in fresh Arabic, Cyrillic and Latin text (docs/performance.md)
 SEAM_MIN_PIECE_BYTES = SMALL_MERGE_BYTES + 1
 PROBE_BLOCK = 256  # pieces whose short-table slots are fetched before any of them is looked up
-# a block with at least this share of pieces of one or two bytes is encoded in passes
-TINY_SHARE = (3, 8)
+# a block with at least this share of pieces of one or two bytes, and at most this many pieces longer than
+# SHORT_PIECE_BYTES (each one is hashed, probed and branched on in pass 4), is encoded in passes
+TINY_SHARE = (2, 8)
+MAX_LONG_IN_PASSES = 2
 
 
 @leaf_inline
@@ -326,8 +329,14 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
             out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
             n_out += 2
         else:
-            n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, keys[index(3 * j)],
-                                 keys[index(3 * j + 1)], keys[index(3 * j + 2)])
+            lo, hi, h = keys[index(3 * j)], keys[index(3 * j + 1)], keys[index(3 * j + 2)]
+            if end - start <= SHORT_PIECE_BYTES:  # merged before into a few ids: they are in its short entry
+                entry, found = find_entry(short_slots, lo, hi, h)
+                if found and entry_count(short_slots, entry) != IN_GENERAL_TABLE:
+                    n_out = emit_entry(short_slots, entry, out, n_out)
+                    start = end
+                    continue
+            n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
         start = end
     return n_out
 
@@ -404,9 +413,12 @@ def _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out
         while p < last:
             block_end = min(p + PROBE_BLOCK, last)
             n_tiny = np.int64(piece_end[index(p)] - start <= 2)  # pieces of one or two bytes
+            n_long = np.int64(piece_end[index(p)] - start > SHORT_PIECE_BYTES)
             for q in range(p + 1, block_end):
-                n_tiny += np.int64(piece_end[index(q)] - piece_end[index(q - 1)] <= 2)
-            if n_tiny * TINY_SHARE[1] >= (block_end - p) * TINY_SHARE[0]:
+                length = piece_end[index(q)] - piece_end[index(q - 1)]
+                n_tiny += np.int64(length <= 2)
+                n_long += np.int64(length > SHORT_PIECE_BYTES)
+            if n_tiny * TINY_SHARE[1] >= (block_end - p) * TINY_SHARE[0] and n_long <= MAX_LONG_IN_PASSES:
                 n_out = _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_out, scratch, keys,
                                          block)
             else:
