@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import kimi_tok
+from kimi_tok.engine import parts
 from kimi_tok.native import atomics
 from kimi_tok.pipeline.bpe import encode
 from tests.parity import assert_parity
@@ -134,7 +135,7 @@ def _letter_runs_by_id_count(tok, ref, most: int) -> dict[int, str]:
     return found
 
 
-def test_short_pieces_of_several_ids_in_blocks_of_tiny_pieces_give_reference_ids(tok, ref):
+def test_short_pieces_of_several_ids_in_blocks_of_tiny_pieces_give_reference_ids(tok, ref, monkeypatch):
     """In passes, a short piece the cache holds as up to ``MAX_INLINE_IDS`` ids is answered from its short
     entry, one of more ids through ``encode_piece`` (the general table); merged in one call, cached in the next.
     Such pieces mid-text, at a text's very end and at the ends of the parts two threads share."""
@@ -151,10 +152,21 @@ def test_short_pieces_of_several_ids_in_blocks_of_tiny_pieces_give_reference_ids
         for text in texts[:8]:
             assert_parity(tok, ref, [(text, False)], tiktoken_safe=False)
     rng = random.Random(11)
-    mixed = "".join(digests[rng.randrange(64):][:rng.randrange(40, 400)] + f"7{rng.choice(list(words.values()))}7"
+    # lines that start with a letter: a long sub-string is cut there into units the threads share
+    mixed = "".join(f"\nx{digests[rng.randrange(64):][:rng.randrange(40, 400)]}7{rng.choice(list(words.values()))}7"
                     for _ in range(600))
     shared = kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(n_jobs=2, segment_cache_bytes=0).replace(
         min_bytes_per_job=4096, min_bytes_per_shared_job=4096, fan_out_part_bytes=2048, unit_bytes=2048))
+    n_parts = []
+    cut = parts.cut_into_parts
+
+    def spy(*args):
+        cuts = cut(*args)
+        n_parts.append(cuts[-1].shape[0] - 1)
+        return cuts
+
+    monkeypatch.setattr(parts, "cut_into_parts", spy)
     for _ in range(3):
         assert_parity(shared, ref, [(mixed, False)], tiktoken_safe=False)
         assert_parity(shared, ref, [(mixed, False)])
+    assert n_parts and min(n_parts[-6:]) >= 8, n_parts  # every call really went in parts

@@ -9,8 +9,9 @@ cached.
 
 Pieces go in blocks of ``PROBE_BLOCK``, one piece at a time with a branch on its length
 (``_block_by_length``), or, where at least ``TINY_SHARE`` of a block's pieces have one or two
-bytes (digests, ids, numbers) and at most ``MAX_LONG_IN_PASSES`` are long, in passes (``_block_in_passes``): there the length of the next piece is
-not predictable and a mispredicted branch per piece cost more than the lookups. Bytes and byte
+bytes (digests, ids, numbers) and at most ``MAX_LONG_IN_PASSES`` are long, in passes
+(``_block_in_passes``): there the length of the next piece is not predictable and a mispredicted
+branch per piece cost more than the lookups. Bytes and byte
 pairs are then answered by loads and conditional moves, the longer pieces probed in a pass of
 their own, and only misses branch (docs/performance.md, "Pieces of one or two bytes", "Which blocks go in
 passes").
