@@ -97,7 +97,7 @@ class Engine:
         joined = join_segments(segments, max_chars) if self.fuses else None
         if joined is None or not self.runs_fused(len(joined[0])):
             return None
-        ids = self.stages.encode_joined(*joined, tiktoken_safe, self.flags)
+        ids = self.stages.encode_joined(*joined, tiktoken_safe)
         return Encoded(ids if want_ids else None, len(ids))
 
     def encode_with_bounds(self, segments: Sequence, tiktoken_safe: bool, n_jobs: int | None = None,

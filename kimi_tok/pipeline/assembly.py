@@ -19,13 +19,16 @@ import os
 
 import numpy as np
 
-from ..native.jit import kernel
+from ..native.jit import DeferredModule, kernel
 from . import bpe
 from .chunking import cut_chunks, cut_substrings
 from .pretokenize import pretokenizer_for
 from .pretokenize.kimi_scanner import scan_runs
+from .pretokenize.unicode_classes import code_point_flags
 from .segments import SEPARATOR
 from .specials import build_special_table, split_specials
+
+bundles = DeferredModule("kimi_tok.native.bundles")  # imports numba: read when a kernel is typed
 
 ID_DTYPE = np.uint32
 MIN_KEPT_PIECE_CACHES = 4  # piece caches kept between calls: at least this many, else one per core
@@ -102,6 +105,19 @@ def encode_joined_fused(tables, specials, scan_table, flags, joined, allow, tikt
     return out[:n].copy()
 
 
+@kernel
+def bundle_stages(tables, specials, scan_table, flags, cache):
+    """A short call's arrays as one object (``native.bundles``), for ``encode_joined_bundled``."""
+    return bundles.StagesBundle(tables, specials, scan_table, flags, cache)
+
+
+@kernel
+def encode_joined_bundled(bundle, joined, allow, tiktoken_safe):
+    """``encode_joined_fused`` with the stages' tables and a piece cache given as one bundle."""
+    return encode_joined_fused(bundle.tables, bundle.specials, bundle.scan_table, bundle.flags, joined, allow,
+                               tiktoken_safe, bundle.cache)
+
+
 class SubstringEncoder:
     """Special tokens, pre-tokenizer and BPE tables of one vocabulary, plus its piece caches."""
 
@@ -159,12 +175,13 @@ class SubstringEncoder:
         """Whether ``encode_packed`` can run: the pre-tokenizer is compiled (PCRE2 needs Python per match)."""
         return self.pretokenizer.scan_table is not None
 
-    def encode_joined(self, joined: bytes, allow: bytes, tiktoken_safe: bool, flags) -> np.ndarray:
+    def encode_joined(self, joined: bytes, allow: bytes, tiktoken_safe: bool) -> np.ndarray:
         """The ids of joined segments (``segments.join_segments``), in one compiled call."""
-        cache = self.piece_caches.take()
-        ids = encode_joined_fused(self.tables, self.specials, self.pretokenizer.scan_table, flags, joined, allow,
-                                  tiktoken_safe, cache)
-        self.piece_caches.give_back(cache)  # not after an error: see PieceCachePool.borrow
+        cache, bundle = self.piece_caches.take()
+        if bundle is None:  # the cache's first short call (or first since it grew)
+            bundle = bundle_stages(self.tables, self.specials, self.pretokenizer.scan_table, code_point_flags(), cache)
+        ids = encode_joined_bundled(bundle, joined, allow, tiktoken_safe)
+        self.piece_caches.give_back(cache, bundle)  # not after an error: see PieceCachePool.borrow
         return ids
 
     def encode_packed(self, buf, seg_start, seg_end, needs_cuts, allow_special, flags, out):

@@ -106,3 +106,49 @@ def test_a_cache_seeded_with_the_vocabulary_starts_over_and_never_grows():
     (cache,) = tok.engine.stages.piece_caches.kept()[:1]
     assert cache.used[SHORT_BASE] > 0 and cache.used[SHORT_RESETS] > 0  # seeded, and it started over
     assert cache.short_slots.shape[0] // ENTRY_WORDS == SEEDED_SHORT_FACTOR * vocabulary_entries  # never grown
+
+
+def test_a_short_call_keeps_its_caches_bundle_until_the_cache_grows(ref):
+    """A short call hands its kernel the tables and a piece cache as one bundle (``native.bundles``),
+    made on the cache's first short call and given back with it; a cache that grows gets a new one
+    (the old bundle holds the old arrays), and the ids stay the reference's throughout."""
+    import random
+
+    vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
+    tok = kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, n_jobs=1, segment_cache_bytes=0)
+    pool = tok.engine.stages.piece_caches = bpe.PieceCachePool(
+        lambda: bpe.new_piece_cache(entries=16, key_bytes=256, ids=64, short_entries=256), keep=1,
+        grow=bpe.grown_piece_cache)
+
+    def kept() -> tuple[bpe.PieceCache, object]:
+        cache, bundle = pool.take()
+        pool.give_back(cache, bundle)
+        return cache, bundle
+
+    assert kept()[1] is None  # a new cache: no short call has used it
+    assert tok.encode("hello world").ids == ref.encode_segments([("hello world", False)])
+    cache, bundle = kept()
+    assert bundle is not None
+    assert tok.encode("hello again").ids == ref.encode_segments([("hello again", False)])
+    assert kept() == (cache, bundle)  # the same cache, with the same bundle
+    rng = random.Random(11)
+
+    def words(n: int) -> str:
+        return " ".join("".join(rng.choice("qwertyuiopasdfghjklzxcvbnm") for _ in range(rng.randint(20, 40)))
+                        for _ in range(n))
+
+    grown = 0
+    for _ in range(40):  # fresh long words: merged pieces fill the tiny general table, which grows
+        text = words(20)
+        assert tok.encode(text).ids == ref.encode_segments([(text, False)])
+        now, now_bundle = kept()
+        if now is not cache:
+            grown += 1
+            assert now_bundle is None  # dropped with the old arrays
+            before = int(now.used[0])
+            text = words(2)
+            assert tok.encode(text).ids == ref.encode_segments([(text, False)])
+            now, now_bundle = kept()
+            assert int(now.used[0]) > before  # the new bundle's cache is the grown one: its merges landed there
+        cache = now
+    assert grown >= 2

@@ -122,7 +122,7 @@ class PieceCachePool:
         self._make = make
         self._keep = keep
         self._grow = grow  # applied to a cache given back, e.g. ``grown_piece_cache``
-        self._free: list[PieceCache] = []
+        self._free: list[tuple[PieceCache, object]] = []  # (cache, the bundle given back with it, or None)
         self._lock = threading.Lock()
 
     @contextmanager
@@ -131,32 +131,36 @@ class PieceCachePool:
         after an error or Ctrl-C a worker thread may still be writing to it. When none is free,
         a new one, or None if not ``make`` (a new cache costs ~6 ms of page faults on a thread
         whose allocator has no free memory; see ``add_spare``)."""
-        cache = self._free_one()
+        cache, bundle = self._free_one()
         if cache is None:
             if not make:
                 yield None
                 return
             cache = self._make()
         yield cache
-        self.give_back(cache)
+        self.give_back(cache, bundle)
 
-    def take(self) -> PieceCache:
-        """``borrow`` without a ``with`` block (a few microseconds less on a short call): a free cache or
-        a new one, to hand to ``give_back`` unless the call using it failed."""
-        cache = self._free_one()
-        return self._make() if cache is None else cache
+    def take(self) -> tuple[PieceCache, object]:
+        """``borrow`` without a ``with`` block (a short call's few microseconds): a free cache (or a new
+        one) and the bundle given back with it (``native.bundles``; None if none was, or the cache grew
+        since). Hand both to ``give_back`` unless the call using them failed."""
+        cache, bundle = self._free_one()
+        return (self._make(), None) if cache is None else (cache, bundle)
 
-    def _free_one(self) -> PieceCache | None:
+    def _free_one(self) -> tuple[PieceCache | None, object]:
         with self._lock:
-            return self._free.pop() if self._free else None
+            return self._free.pop() if self._free else (None, None)
 
-    def give_back(self, cache: PieceCache) -> None:
-        """A cache from ``take`` (or ``borrow``), kept for later calls while fewer than ``keep`` are."""
+    def give_back(self, cache: PieceCache, bundle: object = None) -> None:
+        """A cache from ``take`` (with its bundle) or ``borrow``, kept for later calls while fewer than
+        ``keep`` are; the bundle of a cache that grows is dropped (it holds the old arrays)."""
         if self._grow is not None:
-            cache = self._grow(cache)
+            grown = self._grow(cache)
+            if grown is not cache:
+                cache, bundle = grown, None
         with self._lock:
             if len(self._free) < self._keep:
-                self._free.append(cache)
+                self._free.append((cache, bundle))
 
     def add_spare(self) -> None:
         """One more free cache, made now (on a thread with time to spare) for a later borrower."""
@@ -165,7 +169,7 @@ class PieceCachePool:
     def kept(self) -> list[PieceCache]:
         """The caches kept between calls (for tests and inspection)."""
         with self._lock:
-            return list(self._free)
+            return [cache for cache, _ in self._free]
 
 
 def grown_piece_cache(cache: PieceCache) -> PieceCache:
