@@ -20,6 +20,10 @@ from .bpe import BpeTables, lookup_token
 from .offsets import OffsetTables, offset_tables
 
 REPLACEMENT_CHARACTER = "\ufffd"
+# a list of up to this many ints is decoded from a dict of the ids' bytes rather than by a compiled call
+# (docs/performance.md, "Decoding a few ids")
+MAX_LISTED_DECODE_IDS = 4096
+_INT = {int}
 
 
 @kernel
@@ -76,7 +80,7 @@ class Decoder:
         lengths = np.zeros(self.n_vocab, dtype=np.int64)
         lengths[:n_ranks] = np.diff(vocabulary.token_offsets)
         self.special_ids = frozenset(special_tokens.values())
-        self.bytes_seen: dict[int, bytes] = {}  # the bytes of ids a DecodeStream met (one dict probe a step)
+        self.bytes_seen: dict[int, bytes] = {}  # the bytes of ids decoded from a list or by a DecodeStream
         self.is_special = np.zeros(self.n_vocab, dtype=np.bool_)
         self.is_valid = np.zeros(self.n_vocab, dtype=np.bool_)
         self.is_valid[:n_ranks] = True
@@ -97,6 +101,10 @@ class Decoder:
         """``ids`` as an int64 array of valid ids; ``TypeError``/``ValueError`` name the first bad one."""
         if isinstance(ids, (str, bytes, bytearray, memoryview)) or ids is None:
             raise TypeError(f"ids must be a sequence of ints or an integer array, not {type(ids).__name__}")
+        if (type(ids) is list or type(ids) is tuple) and not _INT.issuperset(map(type, ids)):
+            for i, value in enumerate(ids):  # NumPy would take a bool among ints as 0 or 1
+                if isinstance(value, (bool, np.bool_)):
+                    raise TypeError(f"ids[{i}] = {value!r} is a {type(value).__name__}, not an int")
         try:
             array = np.asarray(ids)
         except (TypeError, ValueError):  # e.g. a ragged nested list
@@ -135,7 +143,22 @@ class Decoder:
         return 0 <= id_ < self.n_vocab and bool(self.is_valid[id_])
 
     def decode_bytes(self, ids) -> bytes:
+        if type(ids) is list and len(ids) <= MAX_LISTED_DECODE_IDS and set(map(type, ids)) == _INT:
+            return self.decode_listed(ids)
         return gather_bytes(self.check_ids(ids), self.all_bytes, self.all_offsets).tobytes()
+
+    def decode_listed(self, ids: list[int]) -> bytes:
+        """``decode_bytes`` of a short list of plain ints: each id's bytes from ``bytes_seen`` (C-level
+        look-ups; a compiled call's argument checks cost more than the work here), the ids met for the
+        first time added after ``check_ids`` (which names a bad one)."""
+        seen = self.bytes_seen
+        try:
+            return b"".join(map(seen.__getitem__, ids))
+        except KeyError:
+            for id_ in self.check_ids(ids).tolist():
+                if id_ not in seen:
+                    seen[id_] = self.token_bytes(id_)
+            return b"".join(map(seen.__getitem__, ids))
 
     def decode_bytes_interpreted(self, ids) -> bytes:
         """``decode_bytes`` without a compiled kernel (while they compile: ``engine.interpreted``)."""
