@@ -146,9 +146,9 @@ class Decoder:
 
     def decode_listed(self, ids: list[int] | tuple[int, ...]) -> bytes:
         """``decode_bytes`` of a list or tuple of plain ints: each id's bytes from ``bytes_seen`` (C-level
-        look-ups, faster at every length than the array and the compiled call: docs/performance.md,
-        "Decoding a list of ids"), the ids met for the first time added after ``check_ids`` (which names
-        a bad one)."""
+        look-ups: ~10x faster than the array and the compiled call for a few ids, level from ~4,000;
+        docs/performance.md, "Decoding a list of ids"), the ids met for the first time added after
+        ``check_ids`` (which names a bad one)."""
         seen = self.bytes_seen
         try:
             return b"".join(map(seen.__getitem__, ids))
