@@ -22,6 +22,7 @@ import numpy as np
 from ..native.jit import DeferredModule, kernel
 from . import bpe
 from .chunking import cut_chunks, cut_substrings
+from .bpe.piece_cache import growth_needed
 from .pretokenize import pretokenizer_for
 from .pretokenize.kimi_scanner import scan_runs
 from .pretokenize.unicode_classes import code_point_flags
@@ -113,9 +114,12 @@ def bundle_stages(tables, specials, scan_table, flags, cache):
 
 @kernel
 def encode_joined_bundled(bundle, joined, allow, tiktoken_safe):
-    """``encode_joined_fused`` with the stages' tables and a piece cache given as one bundle."""
-    return encode_joined_fused(bundle.tables, bundle.specials, bundle.scan_table, bundle.flags, joined, allow,
-                               tiktoken_safe, bundle.cache)
+    """``encode_joined_fused`` with the stages' tables and a piece cache given as one bundle; returns
+    ``(ids, whether the cache may need growing)`` (``bpe.growth_needed``)."""
+    ids = encode_joined_fused(bundle.tables, bundle.specials, bundle.scan_table, bundle.flags, joined, allow,
+                              tiktoken_safe, bundle.cache)
+    grow_short, grow_general = growth_needed(bundle.cache)
+    return ids, grow_short or grow_general
 
 
 class SubstringEncoder:
@@ -180,8 +184,8 @@ class SubstringEncoder:
         cache, bundle = self.piece_caches.take()
         if bundle is None:  # the cache's first short call (or first since it grew)
             bundle = bundle_stages(self.tables, self.specials, self.pretokenizer.scan_table, code_point_flags(), cache)
-        ids = encode_joined_bundled(bundle, joined, allow, tiktoken_safe)
-        self.piece_caches.give_back(cache, bundle)  # not after an error: see PieceCachePool.borrow
+        ids, may_grow = encode_joined_bundled(bundle, joined, allow, tiktoken_safe)
+        self.piece_caches.give_back(cache, bundle, may_grow)  # not after an error: see PieceCachePool.borrow
         return ids
 
     def encode_packed(self, buf, seg_start, seg_end, needs_cuts, allow_special, flags, out):

@@ -152,3 +152,27 @@ def test_a_short_call_keeps_its_caches_bundle_until_the_cache_grows(ref):
             assert int(now.used[0]) > before  # the new bundle's cache is the grown one: its merges landed there
         cache = now
     assert grown >= 2
+
+
+def test_growth_needed_answers_as_the_tables_fill():
+    """``growth_needed`` (asked by a short call's kernel, so that giving the cache back reads no NumPy
+    scalars) says grow exactly where ``grown_piece_cache`` grows: not for a fresh cache, yes for a general
+    table half full, yes for an unseeded short table that started over, never for a seeded one."""
+    from kimi_tok.pipeline.bpe.piece_cache import (ENTRIES, SEEDED_SHORT_FACTOR, SHORT_RESETS, growth_needed)
+
+    cache = bpe.new_piece_cache(entries=16, key_bytes=256, ids=64, short_entries=256)
+    assert tuple(growth_needed(cache)) == (False, False)
+    assert bpe.grown_piece_cache(cache) is cache
+    cache.used[ENTRIES] = 8
+    assert tuple(growth_needed(cache)) == (False, True)
+    grown = bpe.grown_piece_cache(cache)
+    assert grown.key_at.shape[0] == 64 and grown.short_slots is cache.short_slots
+    grown.used[SHORT_RESETS] = 1  # the grown cache has counts of its own (moved over)
+    assert tuple(growth_needed(grown)) == (True, False)
+    assert bpe.grown_piece_cache(grown).short_slots.shape[0] == 2 * grown.short_slots.shape[0]
+    vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
+    tok = kimi_tok.Tokenizer(vocabulary, specials, kimi_tok.KIMI_PATTERN, n_jobs=1, segment_cache_bytes=0)
+    seeded = bpe.new_piece_cache(tok.engine.stages.tables.short_slots)
+    seeded.used[SHORT_RESETS] = 3  # started over, but seeded from the vocabulary: never grows
+    assert tuple(growth_needed(seeded)) == (False, False)
+    assert seeded.short_slots.shape[0] == SEEDED_SHORT_FACTOR * tok.engine.stages.tables.short_slots.shape[0]

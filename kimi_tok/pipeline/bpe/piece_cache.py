@@ -151,10 +151,11 @@ class PieceCachePool:
         with self._lock:
             return self._free.pop() if self._free else (None, None)
 
-    def give_back(self, cache: PieceCache, bundle: object = None) -> None:
+    def give_back(self, cache: PieceCache, bundle: object = None, may_grow: bool = True) -> None:
         """A cache from ``take`` (with its bundle) or ``borrow``, kept for later calls while fewer than
-        ``keep`` are; the bundle of a cache that grows is dropped (it holds the old arrays)."""
-        if self._grow is not None:
+        ``keep`` are; the bundle of a cache that grows is dropped (it holds the old arrays). ``may_grow``
+        False: the caller knows the cache needs no growing (``growth_needed``)."""
+        if self._grow is not None and may_grow:
             grown = self._grow(cache)
             if grown is not cache:
                 cache, bundle = grown, None
@@ -176,13 +177,10 @@ def grown_piece_cache(cache: PieceCache) -> PieceCache:
     """``cache``, or a copy with a larger table (its entries moved over) where a call left an unseeded
     short table 3/4 full or had to start over (then 2x), or the general table half full (then 4x: few
     growths, as fresh memory costs page faults), up to their maximum; the other table is shared."""
+    grow_short, grow_general = growth_needed(cache)
     used = cache.used
     short_entries = cache.short_slots.shape[0] // ENTRY_WORDS
-    grow_short = (used[SHORT_BASE] == 0 and (used[SHORT_RESETS] > 0 or used[SHORT_ADDED] * 4 >= short_entries
-                                              * SHORT_GROW_QUARTERS) and short_entries < MAX_SHORT_CACHE_ENTRIES)
     entries = cache.key_at.shape[0]
-    grow_general = (used[ENTRIES] * 2 >= entries or used[KEY_BYTES_USED] * 2 >= cache.key_bytes.shape[0]
-                    or used[IDS_USED] * 2 >= cache.ids.shape[0]) and entries < MAX_PIECE_CACHE_ENTRIES
     if grow_short:
         short_slots = _new_short_table(2 * short_entries)
         _move_short_entries(cache.short_slots, short_slots)
@@ -195,6 +193,22 @@ def grown_piece_cache(cache: PieceCache) -> PieceCache:
         _move_general_entries(cache, general)
         cache = general
     return cache
+
+
+@leaf
+def growth_needed(cache):
+    """``(grow_short, grow_general)``: whether ``grown_piece_cache`` grows the short table (not seeded
+    from the vocabulary, and 3/4 full or started over) and the general table (half full), each below its
+    maximum. A short call's kernel answers it too, so that giving its cache back reads no NumPy scalars
+    (~14 us after other work; docs/performance.md, "The fixed cost of a short call")."""
+    used = cache.used
+    short_entries = cache.short_slots.shape[0] // ENTRY_WORDS
+    grow_short = (used[SHORT_BASE] == 0 and (used[SHORT_RESETS] > 0 or used[SHORT_ADDED] * 4 >= short_entries
+                                              * SHORT_GROW_QUARTERS) and short_entries < MAX_SHORT_CACHE_ENTRIES)
+    entries = cache.key_at.shape[0]
+    grow_general = (used[ENTRIES] * 2 >= entries or used[KEY_BYTES_USED] * 2 >= cache.key_bytes.shape[0]
+                    or used[IDS_USED] * 2 >= cache.ids.shape[0]) and entries < MAX_PIECE_CACHE_ENTRIES
+    return grow_short, grow_general
 
 
 @kernel
