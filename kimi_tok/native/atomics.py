@@ -8,7 +8,7 @@ needs to return to Python (where it would wait for the GIL) between items.
 ``load``/``store`` (atomic ``int32`` words) and ``futex`` (Linux, through libc's ``syscall``)
 let a thread wait for another inside compiled code (``futex``, ``reuse.parking``); ``copy_bytes`` and
 ``uint32_array_at`` reach memory by address, for a thread that copies ids whose arrays its
-caller keeps alive. ``load_u64``, ``prefetch`` and ``opaque`` shape the loads of the BPE loop.
+caller keeps alive. ``load_u64`` and ``prefetch`` shape the loads of the BPE loop.
 """
 
 from __future__ import annotations
@@ -158,23 +158,6 @@ def load_u64(typingctx, buf, at):
         return builder.load(builder.bitcast(pointer, ir.IntType(64).as_pointer()), align=1)
 
     return types.uint64(buf, at), codegen
-
-
-@intrinsic
-def opaque(typingctx, value):
-    """``value`` (an integer) through an empty inline-asm step the optimizer cannot see through.
-
-    LLVM turns a choice between loaded values (``a if c else b``) into a branch that loads only the
-    chosen one; where ``c`` follows the text (a piece's length) that branch is mispredicted often.
-    Loads passed through ``opaque`` happen on every path, so the choice stays a conditional move."""
-    if not isinstance(value, types.Integer):
-        return None
-
-    def codegen(context, builder, sig, args):
-        kind = args[0].type
-        return builder.asm(ir.FunctionType(kind, [kind]), "", "=r,0", [args[0]], side_effect=True)
-
-    return value(value), codegen
 
 
 @intrinsic

@@ -11,8 +11,7 @@ import pytest
 
 import kimi_tok
 from kimi_tok.engine import parts
-from kimi_tok.native import atomics
-from kimi_tok.pipeline.bpe import encode
+from kimi_tok.pipeline.bpe import encode, tables
 from tests.parity import assert_parity
 
 
@@ -50,12 +49,34 @@ def test_blocks_of_tiny_pieces_give_reference_ids(tok, ref):
 
 def test_blocks_answered_in_full_and_blocks_with_one_piece_left_give_reference_ids(tok, ref):
     """A block whose pieces passes 1-3 all answered is copied out whole; one piece they leave (a pair that
-    is not a token, a piece longer than the short keys) at any place in a block sends it through the loop."""
+    is not a token, a piece longer than the short keys) at any place in a block is answered between two
+    stretches copied out."""
     digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(encode.PROBE_BLOCK // 4))
     for leftover in (_pairs_that_are_not_tokens(tok)[0], "7internationalization7"):  # digests: pieces of 1-3 bytes
         texts = [digests[:k] + leftover + digests[k:] for k in range(0, 3 * encode.PROBE_BLOCK, 3)]
         assert_parity(tok, ref, [(text, False) for text in texts], tiktoken_safe=False)
     assert_parity(tok, ref, [(digests * 40, False)], tiktoken_safe=False)
+
+
+def test_blocks_with_few_or_many_unanswered_pieces_give_reference_ids(tok, ref):
+    """Up to ``STRETCH_SHARE`` of a block's pieces left unanswered (pairs that are not tokens, short pieces
+    merged before into several ids), the others are copied in stretches between them; with more, the block
+    goes one piece at a time. Counts on both sides of that share, at random places, adjacent ones included."""
+    digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(encode.PROBE_BLOCK // 4))
+    odd = _pairs_that_are_not_tokens(tok)[:4] + ["qzxv", "7qzxvbkjw"]
+    share = encode.PROBE_BLOCK * encode.STRETCH_SHARE[0] // encode.STRETCH_SHARE[1]
+    rng = random.Random(5)
+    texts = []
+    for n_odd in (1, 2, share - 1, share, share + 1, 2 * share, 60):
+        for _ in range(6):
+            at = sorted(rng.randrange(0, 3 * encode.PROBE_BLOCK) for _ in range(n_odd))
+            text, last = "", 0
+            for k in at:
+                text += digests[last:k] + rng.choice(odd)
+                last = k
+            texts.append(text + digests[last:])
+    for _ in range(2):  # fresh, then cached
+        assert_parity(tok, ref, [(text, False) for text in texts], tiktoken_safe=False)
 
 
 def test_blocks_of_tiny_pieces_with_a_few_long_ones_give_reference_ids(tok, ref):
@@ -86,21 +107,16 @@ def test_text_that_switches_between_tiny_and_long_pieces_gives_reference_ids(tok
     assert_parity(tok, ref, [(text[k:k + 997], k % 2 == 0) for k in range(0, len(text), 997)])
 
 
-def test_choose_picks_either_value():
-    for condition, want in ((True, 163_327), (False, -5), (np.True_, 163_327), (np.False_, -5)):
-        assert encode.choose(condition, 163_327, -5) == want
-    assert encode.choose(True, np.int32(0x7FFFFFFF), 0) == 0x7FFFFFFF
-
-
-def test_opaque_returns_its_value():
-    import numba
-
-    @numba.njit
-    def through(x):
-        return atomics.opaque(x) + atomics.opaque(np.uint64(x))
-
-    assert through(41) == 82
-    assert through(2 ** 40) == 2 ** 41
+def test_one_load_answers_every_piece_of_one_or_two_bytes(tok):
+    """Pass 1 of a block in passes reads a piece of one or two bytes from one place of ``byte_pair_rank``
+    (``tables.byte_piece_index``): the byte's own id, or the pair's id, NO_MERGE where the pair is no token."""
+    ranks = tok.mergeable_ranks()
+    table = tok.engine.stages.tables.byte_pair_rank
+    for a in range(256):
+        for b in range(256):
+            assert table[tables.byte_piece_index(1, a, b)] == ranks[bytes([a])]
+            assert table[tables.byte_piece_index(2, a, b)] == ranks.get(bytes([a, b]), tables.NO_MERGE)
+    assert table.shape == (2 * 256 * 256,)
 
 
 def test_short_pieces_cached_as_several_ids_give_reference_ids(tok, ref):

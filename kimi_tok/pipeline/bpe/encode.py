@@ -47,6 +47,7 @@ from .tables import (
     MAX_INLINE_IDS,
     NO_MERGE,
     SHORT_PIECE_BYTES,
+    byte_piece_index,
     entry_count,
     entry_id,
     find_entry,
@@ -64,6 +65,9 @@ PROBE_BLOCK = 256  # pieces whose short-table slots are fetched before any of th
 # SHORT_PIECE_BYTES (each one is hashed, probed and branched on in pass 4), is encoded in passes
 TINY_SHARE = (2, 8)
 MAX_LONG_IN_PASSES = 2
+LONG_LIST = 3 * PROBE_BLOCK  # where a block in passes lists its long pieces (at most MAX_LONG_IN_PASSES)
+# a block in passes with at most this share of unanswered pieces copies the others in stretches
+STRETCH_SHARE = (1, 16)
 
 
 @leaf_inline
@@ -241,14 +245,6 @@ def encode_by_sections(tables, cache, buf, start, end, out, n_out, scratch):
 
 
 @leaf_inline
-def choose(condition, if_true, if_false):
-    """``if_true if condition else if_false`` (integers) by masking: LLVM would make that choice a branch,
-    mispredicted where ``condition`` follows the text."""
-    mask = -atomics.opaque(np.int64(condition))
-    return np.int64(if_false) ^ ((np.int64(if_true) ^ np.int64(if_false)) & mask)
-
-
-@leaf_inline
 def _block_tables(tables, cache):
     """What a block of pieces reads: the byte and byte-pair ranks, the short table (a copy of the
     vocabulary's, with the short pieces merged before) and the general table, with their slot masks."""
@@ -272,16 +268,15 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
     for q in range(p, block_end):
         piece_stop = piece_end[index(q)]
         j = q - p
-        b0 = np.int64(buf[index(piece_start)])
-        single = atomics.opaque(byte_rank[index(b0)])
-        pair = atomics.opaque(byte_pair_rank[index(b0 * 256 + buf[index(piece_stop - 1)])])
-        block[index(j)] = choose(piece_stop - piece_start == 1, single, pair)
+        block[index(j)] = byte_pair_rank[index(byte_piece_index(piece_stop - piece_start, buf[index(piece_start)],
+                                                                buf[index(piece_stop - 1)]))]
         block[index(PROBE_BLOCK + j)] = piece_start
-        # short pieces (3 bytes or more) listed from the front, long ones from the back
+        # short pieces (3 bytes or more) and long ones listed: each list's next place written every time, by a
+        # plain store (a store to a chosen address made every later load of the loop wait: 7-19% of BPE)
         length = piece_stop - piece_start
-        is_short = np.int64(length >= 3) & np.int64(length <= SHORT_PIECE_BYTES)
-        block[index(choose(is_short, 2 * PROBE_BLOCK + n_short, 3 * PROBE_BLOCK - 1 - n_long))] = j
-        n_short += is_short
+        block[index(2 * PROBE_BLOCK + n_short)] = j
+        block[index(LONG_LIST + n_long)] = j
+        n_short += np.int64(length >= 3) & np.int64(length <= SHORT_PIECE_BYTES)
         n_long += np.int64(length > SHORT_PIECE_BYTES)
         piece_start = piece_stop
     # 2. the listed pieces' keys, the table slots they probe fetched meanwhile
@@ -294,7 +289,7 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
         keys[index(3 * j + 2)] = h
         atomics.prefetch(short_slots, (h & entry_mask) * np.uint64(ENTRY_WORDS))
     for k in range(n_long):
-        j = block[index(3 * PROBE_BLOCK - 1 - k)]
+        j = block[index(LONG_LIST + k)]
         block[index(j)] = NO_MERGE
         h = hash_span(buf, block[index(PROBE_BLOCK + j)], piece_end[index(p + j)])
         keys[index(3 * j)] = 0
@@ -308,16 +303,28 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
                                   keys[index(3 * j + 2)])
         block[index(j)] = entry_id(short_slots, entry, 0) if found and entry_count(short_slots, entry) == 1 \
             else NO_MERGE
-    # 4. the ids in order: a plain copy where every piece was answered (ids, digests: most blocks), else one
-    #    by one, the others looked up or merged
+    # 4. the ids in order: where few pieces are unanswered (ids, digests: non-tokens, numbers merged
+    #    before) the others are copied in stretches between them, else all go one by one
     n_pieces = block_end - p
     unanswered = 0
     for j in range(n_pieces):
         unanswered += np.int64(block[index(j)] == NO_MERGE)
-    if unanswered == 0:
-        for j in range(n_pieces):
-            out[index(n_out + j)] = block[index(j)]
-        return n_out + n_pieces
+    if unanswered * STRETCH_SHARE[1] <= n_pieces * STRETCH_SHARE[0]:
+        n_listed = 0
+        for j in range(n_pieces):  # the lists of passes 2-3 are spent: this one takes their room
+            block[index(2 * PROBE_BLOCK + n_listed)] = j
+            n_listed += np.int64(block[index(j)] == NO_MERGE)
+        copied = 0
+        for u in range(unanswered + 1):
+            j = block[index(2 * PROBE_BLOCK + u)] if u < unanswered else n_pieces
+            for k in range(copied, j):
+                out[index(n_out + k - copied)] = block[index(k)]
+            n_out += j - copied
+            copied = j + 1
+            if u < unanswered:
+                n_out = _encode_unanswered(tables, cache, buf, block[index(PROBE_BLOCK + j)], piece_end[index(p + j)],
+                                           out, n_out, scratch, keys, j)
+        return n_out
     for q in range(p, block_end):
         end = piece_end[index(q)]
         j = q - p
@@ -325,21 +332,27 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
         if rank != NO_MERGE:
             out[index(n_out)] = rank
             n_out += 1
-        elif end - start == 2:  # not a token, so no merge applies: its two bytes
-            out[index(n_out)] = byte_rank[index(buf[index(start)])]
-            out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
-            n_out += 2
         else:
-            lo, hi, h = keys[index(3 * j)], keys[index(3 * j + 1)], keys[index(3 * j + 2)]
-            if end - start <= SHORT_PIECE_BYTES:  # merged before into a few ids: they are in its short entry
-                entry, found = find_entry(short_slots, lo, hi, h)
-                if found and entry_count(short_slots, entry) != IN_GENERAL_TABLE:
-                    n_out = emit_entry(short_slots, entry, out, n_out)
-                    start = end
-                    continue
-            n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
+            n_out = _encode_unanswered(tables, cache, buf, start, end, out, n_out, scratch, keys, j)
         start = end
     return n_out
+
+
+@leaf_inline
+def _encode_unanswered(tables, cache, buf, start, end, out, n_out, scratch, keys, j):
+    """The ids of a piece that passes 1-3 of ``_block_in_passes`` left unanswered (the ``j``-th of its block, its
+    key in ``keys``) at ``out[n_out:]``; returns the new ``n_out``."""
+    if end - start == 2:  # not a token, so no merge applies: its two bytes
+        out[index(n_out)] = tables.byte_rank[index(buf[index(start)])]
+        out[index(n_out + 1)] = tables.byte_rank[index(buf[index(start + 1)])]
+        return n_out + 2
+    lo, hi, h = keys[index(3 * j)], keys[index(3 * j + 1)], keys[index(3 * j + 2)]
+    if end - start <= SHORT_PIECE_BYTES:  # merged before into a few ids: they are in its short entry
+        short_slots = cache.short_slots
+        entry, found = find_entry(short_slots, lo, hi, h)
+        if found and entry_count(short_slots, entry) != IN_GENERAL_TABLE:
+            return emit_entry(short_slots, entry, out, n_out)
+    return encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
 
 
 @leaf_inline
@@ -457,6 +470,6 @@ def encode_runs(tables, buf, run_start, run_end, run_special, first_piece, piece
     """
     scratch = new_merge_scratch(longest_piece(run_start, run_special, first_piece, piece_end), cache.pair_memo)
     keys = np.empty(3 * PROBE_BLOCK, dtype=np.uint64)
-    block = np.empty(3 * PROBE_BLOCK, dtype=np.int64)  # per piece of a block: its id or NO_MERGE, its start; probes
+    block = np.empty(LONG_LIST + MAX_LONG_IN_PASSES + 1, dtype=np.int64)  # per piece: id or NO_MERGE, start; lists
     return _encode_all(tables, buf, run_start, run_special, first_piece, piece_end, out, run_out_end,
                        cache, scratch, keys, block)

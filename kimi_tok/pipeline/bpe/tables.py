@@ -12,7 +12,9 @@ The tables answer the questions merging asks:
   piece's bytes little-endian, its length in the top byte), found with one probe of a 32-byte
   entry; a piece cache keeps merged short pieces in a table of the same layout;
 * ``token_slots``: a byte-span hash table of all tokens, for longer pieces;
-* ``byte_rank`` and ``byte_pair_rank``: dense tables for single bytes and byte pairs;
+* ``byte_rank`` and ``byte_pair_rank``: dense tables for single bytes and byte pairs (the pair table's
+  second half repeats each byte's rank along its row, so a piece of one or two bytes is one load:
+  ``byte_piece_index``);
 * ``pair_slots``: the merges, one ``uint64`` per slot (left, right, merged: 20 bits each). Only
   each token's own split is kept: the last merge BPE makes on that token's bytes alone. Inside
   any piece, the merges within the span of a token that BPE builds are the merges BPE makes on
@@ -62,7 +64,7 @@ class BpeTables(NamedTuple):
     token_offsets: np.ndarray  # int64[n + 1]
     token_slots: np.ndarray  # int32 hash slots -> rank (all tokens; probed for long pieces)
     byte_rank: np.ndarray  # int32[256]
-    byte_pair_rank: np.ndarray  # int32[256 * 256], NO_MERGE when absent
+    byte_pair_rank: np.ndarray  # int32[2 * 256 * 256]: pairs (NO_MERGE when absent), then byte_rank by first byte
     pair_slots: np.ndarray  # uint64 left << 40 | right << 20 | merged, one per token's own split
     short_slots: np.ndarray  # uint64 entries of ENTRY_WORDS: every token of up to SHORT_PIECE_BYTES
     char_starts: np.ndarray  # uint64 per code point: the ids a merge may start a character from (char_starts.py)
@@ -183,10 +185,17 @@ def find_short_token(table, buf, start, end):
     return entry_id(table, entry, 0)
 
 
+@leaf_inline
+def byte_piece_index(length, first, last):
+    """Where ``byte_pair_rank`` holds the id of a piece of one byte (``length`` 1) or two (its first and last
+    byte): no branch on the length."""
+    return (np.int64(length == 1) << np.int64(16)) | (np.int64(first) << np.int64(8)) | np.int64(last)
+
+
 @kernel
 def _byte_tables(token_bytes, token_offsets, slots):
     byte_rank = np.full(256, EMPTY, dtype=np.int32)
-    byte_pair_rank = np.full(256 * 256, NO_MERGE, dtype=np.int32)
+    byte_pair_rank = np.full(2 * 256 * 256, NO_MERGE, dtype=np.int32)
     probe = np.zeros(2, dtype=np.uint8)
     for a in range(256):
         probe[0] = a
@@ -196,6 +205,7 @@ def _byte_tables(token_bytes, token_offsets, slots):
             rank = find_span(slots, token_bytes, token_offsets, probe, 0, 2, hash_span(probe, 0, 2))
             if rank != EMPTY:
                 byte_pair_rank[a * 256 + b] = rank
+            byte_pair_rank[byte_piece_index(1, a, b)] = byte_rank[a]
     return byte_rank, byte_pair_rank
 
 
