@@ -185,3 +185,16 @@ def test_kernel_profile_maps_samples_onto_the_fused_kernel(tmp_path):
     assert regions == [("0x0", "66.7"), ("0x200", "33.3")], result.stdout
     if shutil.which("objdump"):
         assert "at 0x10: 66.7%" in result.stdout, result.stdout
+
+
+def test_bpe_ab_compares_two_versions_of_the_bpe_loop_on_the_same_tables():
+    """The tree's encode.py against HEAD's (equal in a clean clone): both load as modules of their own, compile
+    against this tree's tables, give equal ids (the tool exits otherwise) and a ratio per kind."""
+    from bench import bpe_ab
+
+    source = (REPO / bpe_ab.ENCODE_PATH).read_text()
+    assert "from ." in source and "from ." not in bpe_ab.absolute_imports(source)
+    result = subprocess.run([sys.executable, "-m", "bench.bpe_ab", "HEAD", "--kinds", "ids", "--texts", "1",
+                             "--rounds", "3"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"ids: base +[\d.]+ +tree +[\d.]+ ms/MB +base/tree paired [\d.]+", result.stdout), result.stdout

@@ -1,0 +1,104 @@
+"""Two versions of the BPE loop (``kimi_tok/pipeline/bpe/encode.py``) on the same tables, in one process.
+
+    python -m bench.bpe_ab HEAD~1                 # that commit's encode.py against the working tree's
+    python -m bench.bpe_ab 9fbe311 --kinds ids,json --rounds 31
+
+Whole calls compared across processes or across the two cores of the dev machine moved by a third between
+runs, and two builds of the package in one process do not compare (docs/performance.md). Here only the
+BPE kernel differs: each version's ``encode.py`` is loaded as a module of its own (its relative imports
+made absolute, so it compiles against this tree's tables, merge and piece cache), the pieces of a few
+fresh texts per kind are scanned once, and the two versions encode them turn about, each into its own
+piece cache (the second round on, every piece is cached), ids checked equal. Prints per kind the median
+ms/MB of each and the median of the paired ratios (the noise between two copies of one version read
+0.98-1.01). Versions whose ``encode_runs`` signature differs, or which need tables this tree lacks, do
+not compare this way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+ENCODE_PATH = "kimi_tok/pipeline/bpe/encode.py"
+
+
+def absolute_imports(source: str) -> str:
+    """``encode.py``'s relative imports written against the installed package."""
+    return (source.replace("from ...native", "from kimi_tok.native")
+            .replace("from .", "from kimi_tok.pipeline.bpe."))
+
+
+def load_version(source: str, name: str, folder: Path):
+    path = folder / f"{name}.py"
+    path.write_text(absolute_imports(source))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("base", help="a git revision whose encode.py is compared with the working tree's")
+    p.add_argument("--kinds", default="ids,json,code,prose,de", help="kinds of bench.realtext")
+    p.add_argument("--texts", type=int, default=4, help="fresh texts of up to 1 MB per kind")
+    p.add_argument("--rounds", type=int, default=21, help="rounds per kind, the versions in turn (the first not timed)")
+    args = p.parse_args(argv)
+
+    import kimi_tok
+    from bench import settled
+    from bench.realtext import MB, Pool
+    from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
+
+    base_source = subprocess.run(["git", "show", f"{args.base}:{ENCODE_PATH}"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout
+    folder = Path(tempfile.mkdtemp(prefix="kimi_tok_bpe_ab_"))
+    versions = {"base": load_version(base_source, "bpe_ab_base", folder),
+                "tree": load_version((ROOT / ENCODE_PATH).read_text(), "bpe_ab_tree", folder)}
+    tok, = settled(kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0))
+    stages = tok.engine.stages
+    caches = {name: stages.piece_caches.take()[0] for name in versions}
+    pool = Pool.load(quiet=True)
+    print(f"base {args.base} against the working tree; ms/MB of BPE alone, every piece cached after the first round")
+    for kind in args.kinds.split(","):
+        texts, _ = pool.texts(kind, args.texts, 1.0, seed=0)
+        inputs = []
+        for text in texts:
+            buf = np.frombuffer(text.encode(), np.uint8)
+            runs = (np.zeros(1, np.int64), np.array([len(buf)], np.int64), np.full(1, -1, np.int64))
+            inputs.append((buf, runs) + scan_runs(buf, *runs, stages.pretokenizer.scan_table))
+        n_bytes = sum(len(buf) for buf, *_ in inputs)
+        times: dict[str, list[float]] = {name: [] for name in versions}
+        for r in range(args.rounds):
+            ids = {}
+            for name in (("base", "tree") if r % 2 else ("tree", "base")):
+                seconds, ids[name] = 0.0, []
+                for buf, runs, first_piece, piece_end in inputs:
+                    out = np.empty(len(buf) + 1, np.uint32)
+                    run_out_end = np.empty(1, np.int64)
+                    t0 = time.perf_counter()
+                    n = versions[name].encode_runs(stages.tables, buf, *runs, first_piece, piece_end, out, run_out_end,
+                                                   caches[name])
+                    seconds += time.perf_counter() - t0
+                    ids[name].append(out[:n])
+                if r > 0:
+                    times[name].append(seconds * 1e3 / (n_bytes / MB))
+            if not all(np.array_equal(a, b) for a, b in zip(ids["base"], ids["tree"])):
+                raise SystemExit(f"{kind}: the two versions' ids differ")
+        ratio = statistics.median(b / t for b, t in zip(times["base"], times["tree"]))
+        print(f"{kind:>6}: base {statistics.median(times['base']):6.2f}  tree {statistics.median(times['tree']):6.2f}"
+              f" ms/MB  base/tree paired {ratio:.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
