@@ -66,8 +66,6 @@ PROBE_BLOCK = 256  # pieces whose short-table slots are fetched before any of th
 TINY_SHARE = (2, 8)
 MAX_LONG_IN_PASSES = 2
 LONG_LIST = 3 * PROBE_BLOCK  # where a block in passes lists its long pieces (at most MAX_LONG_IN_PASSES)
-# a block in passes with at most this share of unanswered pieces copies the others in stretches
-STRETCH_SHARE = (1, 16)
 
 
 @leaf_inline
@@ -303,38 +301,19 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
                                   keys[index(3 * j + 2)])
         block[index(j)] = entry_id(short_slots, entry, 0) if found and entry_count(short_slots, entry) == 1 \
             else NO_MERGE
-    # 4. the ids in order: where few pieces are unanswered (ids, digests: non-tokens, numbers merged
-    #    before) the others are copied in stretches between them, else all go one by one
+    # 4. the ids in order: the answered pieces by a tight loop, the others (pairs that are not tokens, pieces
+    #    merged before, misses) one by one
     n_pieces = block_end - p
-    unanswered = 0
-    for j in range(n_pieces):
-        unanswered += np.int64(block[index(j)] == NO_MERGE)
-    if unanswered * STRETCH_SHARE[1] <= n_pieces * STRETCH_SHARE[0]:
-        n_listed = 0
-        for j in range(n_pieces):  # the lists of passes 2-3 are spent: this one takes their room
-            block[index(2 * PROBE_BLOCK + n_listed)] = j
-            n_listed += np.int64(block[index(j)] == NO_MERGE)
-        copied = 0
-        for u in range(unanswered + 1):
-            j = block[index(2 * PROBE_BLOCK + u)] if u < unanswered else n_pieces
-            for k in range(copied, j):
-                out[index(n_out + k - copied)] = block[index(k)]
-            n_out += j - copied
-            copied = j + 1
-            if u < unanswered:
-                n_out = _encode_unanswered(tables, cache, buf, block[index(PROBE_BLOCK + j)], piece_end[index(p + j)],
-                                           out, n_out, scratch, keys, j)
-        return n_out
-    for q in range(p, block_end):
-        end = piece_end[index(q)]
-        j = q - p
-        rank = block[index(j)]
-        if rank != NO_MERGE:
-            out[index(n_out)] = rank
+    j = 0
+    while j < n_pieces:
+        while j < n_pieces and block[index(j)] != NO_MERGE:
+            out[index(n_out)] = block[index(j)]
             n_out += 1
-        else:
-            n_out = _encode_unanswered(tables, cache, buf, start, end, out, n_out, scratch, keys, j)
-        start = end
+            j += 1
+        if j < n_pieces:
+            n_out = _encode_unanswered(tables, cache, buf, block[index(PROBE_BLOCK + j)], piece_end[index(p + j)],
+                                       out, n_out, scratch, keys, j)
+            j += 1
     return n_out
 
 
