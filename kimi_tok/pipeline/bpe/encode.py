@@ -319,8 +319,9 @@ def _block_in_passes(tables, cache, buf, piece_end, p, block_end, start, out, n_
 
 @leaf_inline
 def _encode_unanswered(tables, cache, buf, start, end, out, n_out, scratch, keys, j):
-    """The ids of a piece that passes 1-3 of ``_block_in_passes`` left unanswered (the ``j``-th of its block, its
-    key in ``keys``) at ``out[n_out:]``; returns the new ``n_out``."""
+    """The ids of a piece the dense tables and one short-table probe did not answer (the ``j``-th of its block,
+    its key in ``keys``: passes 1-3 of ``_block_in_passes``, or ``_block_by_length``'s inner loop) at
+    ``out[n_out:]``; returns the new ``n_out``."""
     if end - start == 2:  # not a token, so no merge applies: its two bytes
         out[index(n_out)] = tables.byte_rank[index(buf[index(start)])]
         out[index(n_out + 1)] = tables.byte_rank[index(buf[index(start + 1)])]
@@ -354,39 +355,37 @@ def _block_by_length(tables, cache, buf, piece_end, p, block_end, start, out, n_
             else:
                 atomics.prefetch(general_slots, h & general_mask)
         piece_start = piece_stop
-    for q in range(p, block_end):
-        end = piece_end[index(q)]
-        length = end - start
-        if length == 1:
-            out[index(n_out)] = byte_rank[index(buf[index(start)])]
-            n_out += 1
-        elif length == 2:  # a fifth of all pieces: the 256 KB byte-pair table answers
-            rank = byte_pair_rank[index(np.int64(buf[index(start)]) * 256 + buf[index(start + 1)])]
-            if rank != NO_MERGE:
+    q = p
+    while q < block_end:
+        # the pieces the tables answer, in a loop of their own (with the merge inlined in its body, every
+        # variable of one loop lived on the stack)
+        while q < block_end:
+            end = piece_end[index(q)]
+            length = end - start
+            if length == 1:
+                out[index(n_out)] = byte_rank[index(buf[index(start)])]
+                n_out += 1
+            elif length == 2:  # a fifth of all pieces: the byte-pair table answers
+                rank = byte_pair_rank[index(np.int64(buf[index(start)]) * 256 + buf[index(start + 1)])]
+                if rank == NO_MERGE:
+                    break
                 out[index(n_out)] = rank
                 n_out += 1
-            else:  # not a token, so no merge applies: its two bytes
-                out[index(n_out)] = byte_rank[index(buf[index(start)])]
-                out[index(n_out + 1)] = byte_rank[index(buf[index(start + 1)])]
-                n_out += 2
-        else:
-            j = 3 * (q - p)
-            lo, hi, h = keys[index(j)], keys[index(j + 1)], keys[index(j + 2)]
-            if length <= SHORT_PIECE_BYTES:  # most pieces are tokens: their probe first
-                entry, found = find_entry(short_slots, lo, hi, h)
-                if found:
-                    count = entry_count(short_slots, entry)
-                    if count == 1:
-                        out[index(n_out)] = entry_id(short_slots, entry, 0)
-                        n_out += 1
-                        start = end
-                        continue
-                    if count != IN_GENERAL_TABLE:  # merged before: its ids are in the entry
-                        n_out = emit_entry(short_slots, entry, out, n_out)
-                        start = end
-                        continue
-            n_out = encode_piece(tables, cache, buf, start, end, out, n_out, scratch, lo, hi, h)
+            elif length <= SHORT_PIECE_BYTES:  # most pieces are tokens or merged before: one probe
+                j = 3 * (q - p)
+                entry, found = find_entry(short_slots, keys[index(j)], keys[index(j + 1)], keys[index(j + 2)])
+                if not found or entry_count(short_slots, entry) == IN_GENERAL_TABLE:
+                    break
+                n_out = emit_entry(short_slots, entry, out, n_out)
+            else:
+                break
+            start = end
+            q += 1
+        if q == block_end:
+            break
+        n_out = _encode_unanswered(tables, cache, buf, start, end, out, n_out, scratch, keys, q - p)
         start = end
+        q += 1
     return n_out
 
 
