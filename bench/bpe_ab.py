@@ -10,7 +10,7 @@ made absolute, so it compiles against this tree's tables, merge and piece cache)
 fresh texts per kind are scanned once, and the two versions encode them turn about, each into its own
 piece cache (the second round on, every piece is cached), ids checked equal. Prints per kind the median
 ms/MB of each and the median of the paired ratios (the noise between two copies of one version read
-0.98-1.01). Versions whose ``encode_runs`` signature differs, or which need tables this tree lacks, do
+0.98-1.05). Versions whose ``encode_runs`` signature differs, or which need tables this tree lacks, do
 not compare this way.
 """
 
