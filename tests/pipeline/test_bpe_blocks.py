@@ -57,22 +57,23 @@ def test_blocks_answered_in_full_and_blocks_with_one_piece_left_give_reference_i
     assert_parity(tok, ref, [(digests * 40, False)], tiktoken_safe=False)
 
 
+def _digests_with(rng: random.Random, pieces: list[str], n_inserted: int) -> str:
+    """Hex digests (pieces of one to three bytes) over three blocks, ``n_inserted`` of ``pieces`` at random places."""
+    digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(encode.PROBE_BLOCK // 4))
+    text, last = "", 0
+    for k in sorted(rng.randrange(0, 3 * encode.PROBE_BLOCK) for _ in range(n_inserted)):
+        text += digests[last:k] + rng.choice(pieces)
+        last = k
+    return text + digests[last:]
+
+
 def test_blocks_with_few_or_many_unanswered_pieces_give_reference_ids(tok, ref):
     """Pass 4 copies the answered pieces of a block in passes in a tight loop and stops at each unanswered one
     (pairs that are not tokens, short pieces merged before into several ids, misses): from one to 60 of them
     per text, at random places, adjacent ones, first and last pieces of a block included."""
-    digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(encode.PROBE_BLOCK // 4))
     odd = _pairs_that_are_not_tokens(tok)[:4] + ["qzxv", "7qzxvbkjw"]
     rng = random.Random(5)
-    texts = []
-    for n_odd in (1, 2, 15, 16, 17, 32, 60):
-        for _ in range(6):
-            at = sorted(rng.randrange(0, 3 * encode.PROBE_BLOCK) for _ in range(n_odd))
-            text, last = "", 0
-            for k in at:
-                text += digests[last:k] + rng.choice(odd)
-                last = k
-            texts.append(text + digests[last:])
+    texts = [_digests_with(rng, odd, n_odd) for n_odd in (1, 2, 15, 16, 17, 32, 60) for _ in range(6)]
     for _ in range(2):  # fresh, then cached
         assert_parity(tok, ref, [(text, False) for text in texts], tiktoken_safe=False)
 
@@ -80,18 +81,9 @@ def test_blocks_with_few_or_many_unanswered_pieces_give_reference_ids(tok, ref):
 def test_blocks_of_tiny_pieces_with_a_few_long_ones_give_reference_ids(tok, ref):
     """A block of tiny pieces goes in passes with up to ``MAX_LONG_IN_PASSES`` long pieces, by length with
     more: the same ids either way, for long pieces that are tokens, cached or merged."""
-    digests = "".join(f"{random.Random(k).getrandbits(128):032x}" for k in range(encode.PROBE_BLOCK // 4))
     longs = ["7internationalization7", "7qzxvbkjwqzxvbkjw7", " " * 20]
     rng = random.Random(13)
-    texts = []
-    for n_long in range(encode.MAX_LONG_IN_PASSES + 3):
-        for _ in range(20):
-            at = sorted(rng.randrange(0, 3 * encode.PROBE_BLOCK) for _ in range(n_long))
-            text, last = "", 0
-            for k in at:
-                text += digests[last:k] + rng.choice(longs)
-                last = k
-            texts.append(text + digests[last:])
+    texts = [_digests_with(rng, longs, n_long) for n_long in range(encode.MAX_LONG_IN_PASSES + 3) for _ in range(20)]
     for _ in range(2):
         assert_parity(tok, ref, [(text, False) for text in texts], tiktoken_safe=False)
 
