@@ -54,16 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=21, help="rounds per kind, the versions in turn (the first not timed)")
     args = p.parse_args(argv)
 
+    base_source = subprocess.run(["git", "show", f"{args.base}:{ENCODE_PATH}"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout
+    with tempfile.TemporaryDirectory(prefix="kimi_tok_bpe_ab_") as folder:  # the two modules and their kernels
+        versions = {"base": load_version(base_source, "bpe_ab_base", Path(folder)),
+                    "tree": load_version((ROOT / ENCODE_PATH).read_text(), "bpe_ab_tree", Path(folder))}
+        compare(versions, args)
+    return 0
+
+
+def compare(versions: dict, args: argparse.Namespace) -> None:
     import kimi_tok
     from bench import settled
     from bench.realtext import MB, Pool
     from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
 
-    base_source = subprocess.run(["git", "show", f"{args.base}:{ENCODE_PATH}"], cwd=ROOT, capture_output=True,
-                                 text=True, check=True).stdout
-    folder = Path(tempfile.mkdtemp(prefix="kimi_tok_bpe_ab_"))
-    versions = {"base": load_version(base_source, "bpe_ab_base", folder),
-                "tree": load_version((ROOT / ENCODE_PATH).read_text(), "bpe_ab_tree", folder)}
     tok, = settled(kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0))
     stages = tok.engine.stages
     caches = {name: stages.piece_caches.take()[0] for name in versions}
@@ -97,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
         ratio = statistics.median(b / t for b, t in zip(times["base"], times["tree"]))
         print(f"{kind:>6}: base {statistics.median(times['base']):6.2f}  tree {statistics.median(times['tree']):6.2f}"
               f" ms/MB  base/tree paired {ratio:.3f}", flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ Pieces go in blocks of ``PROBE_BLOCK``, one piece at a time with a branch on its
 bytes (digests, ids, numbers) and at most ``MAX_LONG_IN_PASSES`` are long, in passes
 (``_block_in_passes``): there the length of the next piece is not predictable and a mispredicted
 branch per piece cost more than the lookups. Bytes and byte
-pairs are then answered by loads and conditional moves, the longer pieces probed in a pass of
-their own, and only misses branch (docs/performance.md, "Pieces of one or two bytes", "Which blocks go in
-passes").
+pairs are then answered by one load each (``tables.byte_piece_index``), the longer pieces probed in a pass
+of their own, and only misses branch (docs/performance.md, "Pieces of one or two bytes", "Which blocks go in
+passes", "Blocks in passes without a chosen store address"). In either way the pieces the tables answer
+go in an inner loop of their own, the others to ``_encode_unanswered``.
 
 Everything a piece needs, its merge included, is compiled into the loop over the pieces
 (``encode_piece`` is inlined): a call between compiled functions passes each array as a struct
