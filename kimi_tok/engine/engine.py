@@ -4,7 +4,7 @@
 
 * fused: no fan-out (one job, or too little text for two): chunking -> run cuts -> specials
   -> scanner -> BPE as one compiled call (``pipeline.assembly.encode_packed_fused``; a short call
-  that needs no segment bounds is joined rather than packed: ``encode_joined_fused``);
+  that needs no segment bounds is read in place rather than packed: ``encode_pairs_fused``);
 * shared parts (threads, the Kimi scanner): this thread and pool threads take parts of the
   call from an atomic counter (``threads.encode_parts_on_threads``);
 * groups (threads, a PCRE2 pattern), hash-routed groups (``hash_routing``) or worker
@@ -29,8 +29,8 @@ from ..pipeline.bpe import BpeTables
 from ..pipeline.chunking import cut_chunks, cut_substrings
 from ..pipeline.pretokenize.kimi_scanner import split_at_safe_points
 from ..pipeline.pretokenize.unicode_classes import code_point_flags
-from ..pipeline.segments import (TRANSCODED_MIN_CHARS, PackedSegments, join_segments, pack_segments,
-                                 segment_bounds, validate_segments)
+from ..pipeline.segments import (TRANSCODED_MIN_CHARS, PackedSegments, pack_segments, segment_bounds,
+                                 validate_segments)
 from .parts import SharedParts
 from .policy import Policy
 from .processes import EncoderSpec, encode_on_processes
@@ -47,6 +47,7 @@ class Encoded(NamedTuple):
 
 NO_IDS = np.empty(0, dtype=ID_DTYPE)
 NO_BOUNDS = np.zeros(1, dtype=np.int64)
+NO_BYTE_LIMIT = np.iinfo(np.int64).max  # max_fused_bytes of one job: any call runs fused
 
 
 class Engine:
@@ -92,12 +93,13 @@ class Engine:
         return Encoded(ids if want_ids else None, len(ids))
 
     def encode_short(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool, max_chars: int) -> Encoded | None:
-        """``encode`` of a call of at most ``max_chars`` characters that runs as one compiled call, joined
-        (``segments.join_segments``); None for any other call, which nothing was done for."""
-        joined = join_segments(segments, max_chars) if self.fuses else None
-        if joined is None or not self.runs_fused(len(joined[0])):
+        """``encode`` of a call of at most ``max_chars`` characters that runs as one compiled call, its segments
+        read in place (``SubstringEncoder.encode_pairs``); None for any other call, which nothing was done for."""
+        if not self.fuses or (type(segments) is not list and type(segments) is not tuple):
             return None
-        ids = self.stages.encode_joined(*joined, tiktoken_safe)
+        ids = self.stages.encode_pairs(tuple(segments), max_chars, self.max_fused_bytes(), tiktoken_safe)
+        if ids is None:
+            return None
         return Encoded(ids if want_ids else None, len(ids))
 
     def encode_with_bounds(self, segments: Sequence, tiktoken_safe: bool, n_jobs: int | None = None,
@@ -153,13 +155,15 @@ class Engine:
 
     def runs_fused(self, n_bytes: int, n_jobs: int | None = None) -> bool:
         """Whether a call of ``n_bytes`` of text on ``n_jobs`` runs as one compiled call (no fan-out)."""
+        return self.fuses and n_bytes < self.max_fused_bytes(n_jobs)
+
+    def max_fused_bytes(self, n_jobs: int | None = None) -> int:
+        """Calls of fewer bytes of text than this on ``n_jobs`` need no fan-out."""
         policy = self.policy
-        if not self.fuses:
-            return False
         if (policy.n_jobs if n_jobs is None else n_jobs) == 1:
-            return True
+            return NO_BYTE_LIMIT
         shares_parts = policy.backend == "threads" and not policy.hash_routing
-        return n_bytes < 2 * self._min_bytes_per_job(shares_parts)
+        return 2 * self._min_bytes_per_job(shares_parts)
 
     def _min_bytes_per_job(self, shares_parts: bool) -> int:
         policy = self.policy

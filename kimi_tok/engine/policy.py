@@ -78,7 +78,7 @@ class Policy:
     hash_routing: bool = False
     segment_cache_bytes: int = DEFAULT_SEGMENT_CACHE_BYTES
     min_cached_call_chars: int = 1 << 16  # shorter calls skip the segment cache: encoding costs less than planning
-    max_joined_call_chars: int = 1 << 16  # calls up to this long are joined, not packed (segments.join_segments)
+    max_joined_call_chars: int = 1 << 16  # calls up to this long are read in place, not packed (native.cpython)
     parked_helpers: bool = HAS_FUTEX
     helpers: int = field(default_factory=lambda: max(1, usable_cores() // 2))
     cache_dir: Path = field(default_factory=_default_cache_dir)  # the BPE tables built per vocabulary

@@ -9,8 +9,8 @@ included, as ONE compiled call: no Python between the stages, so the GIL stays f
 another thread the whole time. ``encode_substrings_fused`` runs specials -> scanner -> BPE
 over sub-strings (one part or group of a fan-out). With a PCRE2 pre-tokenizer the stages run
 one by one (``SubstringEncoder.encode``). Every id covers at least one byte, so an output as
-long as the text's bytes always has room. ``encode_joined_fused`` is ``encode_packed_fused`` for a
-short call given as joined bytes (``segments.join_segments``).
+long as the text's bytes always has room. ``encode_pairs_fused`` is ``encode_packed_fused`` for a
+short call, whose segments it reads where CPython keeps them (``native.cpython.read_text_pairs``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from ..native.cpython import LAYOUT, PAIRS_READ, read_text_pairs
 from ..native.jit import DeferredModule, kernel
 from . import bpe
 from .chunking import cut_chunks, cut_substrings
@@ -26,7 +27,6 @@ from .bpe.piece_cache import growth_needed
 from .pretokenize import pretokenizer_for
 from .pretokenize.kimi_scanner import scan_runs
 from .pretokenize.unicode_classes import code_point_flags
-from .segments import SEPARATOR
 from .specials import build_special_table, split_specials
 
 bundles = DeferredModule("kimi_tok.native.bundles")  # imports numba: read when a kernel is typed
@@ -68,58 +68,35 @@ def encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg
 
 
 @kernel
-def unjoin(joined, allow):
-    """Joined segments (``segments.join_segments``) as packed ones: ``(buf, seg_start, seg_end, allow_special)``."""
-    n = len(allow)
-    buf = np.empty(len(joined) - (n - 1), dtype=np.uint8)
-    seg_start = np.empty(n, dtype=np.int64)
-    seg_end = np.empty(n, dtype=np.int64)
-    allow_special = np.empty(n, dtype=np.bool_)
-    separator = SEPARATOR[0]
-    n_bytes = 0
-    segment = 0
-    seg_start[0] = 0
-    for i in range(len(joined)):
-        byte = joined[i]
-        if byte == separator:
-            seg_end[segment] = n_bytes
-            segment += 1
-            seg_start[segment] = n_bytes
-        else:
-            buf[n_bytes] = byte
-            n_bytes += 1
-    seg_end[segment] = n_bytes
-    for i in range(n):
-        allow_special[i] = allow[i] != 0
-    return buf, seg_start, seg_end, allow_special
-
-
-@kernel
-def encode_joined_fused(tables, specials, scan_table, flags, joined, allow, tiktoken_safe, cache):
-    """``encode_packed_fused`` of joined segments (``segments.join_segments``; at least one): their ids,
-    in an array of their length."""
-    buf, seg_start, seg_end, allow_special = unjoin(joined, allow)
-    needs_cuts = np.full(seg_start.shape[0], tiktoken_safe, dtype=np.bool_)
+def encode_pairs_fused(tables, specials, scan_table, flags, address, n_pairs, layout, max_chars, max_bytes,
+                       tiktoken_safe, cache):
+    """``encode_packed_fused`` of the tuple of ``n_pairs`` ``(str, bool)`` pairs at ``address``, read in place
+    (``native.cpython.read_text_pairs``): ``(ids, status)``, the ids in an array of their length; nothing done
+    and no ids unless ``status`` is ``PAIRS_READ``."""
+    buf, seg_start, seg_end, allow_special, status = read_text_pairs(address, n_pairs, layout, max_chars, max_bytes)
+    if status != PAIRS_READ:
+        return np.empty(0, dtype=ID_DTYPE), status
+    needs_cuts = np.full(n_pairs, tiktoken_safe, dtype=np.bool_)
     out = np.empty(buf.shape[0], dtype=ID_DTYPE)
     n, _, _ = encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg_end, needs_cuts,
                                   allow_special, out, cache)
-    return out[:n].copy()
+    return out[:n].copy(), status
 
 
 @kernel
 def bundle_stages(tables, specials, scan_table, flags, cache):
-    """A short call's arrays as one object (``native.bundles``), for ``encode_joined_bundled``."""
+    """A short call's arrays as one object (``native.bundles``), for ``encode_pairs_bundled``."""
     return bundles.StagesBundle(tables, specials, scan_table, flags, cache)
 
 
 @kernel
-def encode_joined_bundled(bundle, joined, allow, tiktoken_safe):
-    """``encode_joined_fused`` with the stages' tables and a piece cache given as one bundle; returns
-    ``(ids, whether the cache may need growing)`` (``bpe.growth_needed``)."""
-    ids = encode_joined_fused(bundle.tables, bundle.specials, bundle.scan_table, bundle.flags, joined, allow,
-                              tiktoken_safe, bundle.cache)
+def encode_pairs_bundled(bundle, address, n_pairs, layout, max_chars, max_bytes, tiktoken_safe):
+    """``encode_pairs_fused`` with the stages' tables and a piece cache given as one bundle; returns
+    ``(ids, status, whether the cache may need growing)`` (``bpe.growth_needed``)."""
+    ids, status = encode_pairs_fused(bundle.tables, bundle.specials, bundle.scan_table, bundle.flags, address,
+                                     n_pairs, layout, max_chars, max_bytes, tiktoken_safe, bundle.cache)
     grow_short, grow_general = growth_needed(bundle.cache)
-    return ids, grow_short or grow_general
+    return ids, status, grow_short or grow_general
 
 
 class SubstringEncoder:
@@ -179,14 +156,20 @@ class SubstringEncoder:
         """Whether ``encode_packed`` can run: the pre-tokenizer is compiled (PCRE2 needs Python per match)."""
         return self.pretokenizer.scan_table is not None
 
-    def encode_joined(self, joined: bytes, allow: bytes, tiktoken_safe: bool) -> np.ndarray:
-        """The ids of joined segments (``segments.join_segments``), in one compiled call."""
+    def encode_pairs(self, pairs: tuple, max_chars: int, max_bytes: int, tiktoken_safe: bool) -> np.ndarray | None:
+        """The ids of a short call's segments, a tuple of ``(str, bool)`` pairs read in place by one compiled call;
+        None (nothing done) for anything else, more than ``max_chars`` characters or ``max_bytes`` bytes of
+        UTF-8, or lone surrogates (``native.cpython.read_text_pairs``)."""
+        if LAYOUT is None or not pairs:
+            return None
         cache, bundle = self.piece_caches.take()
         if bundle is None:  # the cache's first short call (or first since it grew)
             bundle = bundle_stages(self.tables, self.specials, self.pretokenizer.scan_table, code_point_flags(), cache)
-        ids, may_grow = encode_joined_bundled(bundle, joined, allow, tiktoken_safe)
+        # ``pairs`` (this frame holds it) keeps every pair and str alive while the call reads them
+        ids, status, may_grow = encode_pairs_bundled(bundle, id(pairs), len(pairs), LAYOUT, max_chars, max_bytes,
+                                                     tiktoken_safe)
         self.piece_caches.give_back(cache, bundle, may_grow)  # not after an error: see PieceCachePool.borrow
-        return ids
+        return ids if status == PAIRS_READ else None
 
     def encode_packed(self, buf, seg_start, seg_end, needs_cuts, allow_special, flags, out):
         """Every stage from the packed segments on (their tiktoken-safe cuts included), in one

@@ -4,11 +4,9 @@ A prompt is an ordered list of ``(text, allow_special)`` segments, each encoded 
 its own. Packing them in one pass lets every later stage run as one compiled
 call over the whole prompt.
 
-A short call is joined instead (``join_segments``): the texts' UTF-8 with a byte 0xFF between
-two segments, which UTF-8 never contains, and the flags as bytes. Building them takes a few
-C-level passes over the list and no NumPy call; a call made after other work pays for every
-library code path it touches again (docs/performance.md, "Short calls with cold caches"), so
-the compiled call takes them as they are and cuts the segments itself.
+A short call is not packed here: its compiled call reads the segments where CPython keeps them
+(``native.cpython.read_text_pairs``), with no Python step per segment and no NumPy call on the way
+(docs/performance.md, "Short calls with cold caches", "Short calls read in compiled code").
 
 Text with lone surrogates cannot be UTF-8 encoded. tiktoken retries such text as
 ``text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")`` for each
@@ -19,27 +17,23 @@ already-cut pieces.
 
 from __future__ import annotations
 
-import ctypes
-import sys
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
 
+from ..native.cpython import str_characters
 from ..native.jit import kernel
 from ..native.utf8 import utf8_of_code_points
 from .chunking import cut_safe_substrings
 
 
-SEPARATOR = b"\xff"  # between two joined segments: a byte that no UTF-8 text contains
 # A long str of 2- or 4-byte characters is encoded by a compiled loop that reads the characters where CPython
 # keeps them, without the GIL: a tenth to a fifth of the time of CPython's UTF-8 encoder where it is mostly ASCII,
 # about as fast where it is not (docs/performance.md, "Packing from the str's own characters"). Others take
 # str.encode: ASCII (a copy already) and 1-byte characters.
 TRANSCODED_MIN_CHARS = 1 << 14  # its fixed cost (~6 us a call) is then below str.encode's
-_TUPLE, _PAIR, _STR, _BOOL = {tuple}, {2}, {str}, {bool}
-_text, _allow = itemgetter(0), itemgetter(1)
 
 
 class PackedSegments(NamedTuple):
@@ -73,14 +67,7 @@ def _segment(seg, index: int) -> tuple[str, bool]:
     return text, _flag(allow, "allow_special", where)
 
 
-# Where CPython keeps a compact str's characters (PEP 393): right after its header. The header's ``state``
-# field, after the object header, the length and the hash, holds the character width (bits 2-4) and the
-# compact (bit 5) and ASCII (bit 6) flags; probes check this at import, else every str takes str.encode.
-_STATE_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p) + 2 * ctypes.sizeof(ctypes.c_ssize_t)
-_COMPACT_HEADER = sys.getsizeof("\xe9") - 2  # one 1-byte character and the terminating NUL after the header
-_UNIT_TYPE = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32)}
 UTF8_PER_UNIT = {2: 3, 4: 4}  # the most UTF-8 bytes one character of that width takes
-_COMPACT, _ASCII = 0x20, 0x40
 
 
 def utf8_of(text: str) -> bytes | np.ndarray:
@@ -91,7 +78,7 @@ def utf8_of(text: str) -> bytes | np.ndarray:
     """
     if len(text) < TRANSCODED_MIN_CHARS or text.isascii():
         return text.encode("utf-8")
-    units = _characters(text)
+    units = str_characters(text)
     if units is None:
         return text.encode("utf-8")
     out = np.empty(UTF8_PER_UNIT[units.itemsize] * units.shape[0] + 64, dtype=np.uint8)
@@ -101,37 +88,6 @@ def utf8_of(text: str) -> bytes | np.ndarray:
     out.resize((n,), refcheck=False)  # gives back the room longer characters would have taken, without a copy
     out.flags.writeable = False  # read-only as str.encode's bytes are: the kernels compiled for those take it
     return out
-
-
-def _characters(text: str) -> np.ndarray | None:
-    """A str's 2- or 4-byte characters as an array over CPython's own storage (no copy; valid while ``text``
-    lives), or None for any other str (ASCII, 1-byte characters, not compact) or Python."""
-    if not _UNIT_TYPE:
-        return None
-    state = ctypes.c_uint8.from_address(id(text) + _STATE_OFFSET).value
-    width = (state >> 2) & 7
-    if state & (_COMPACT | _ASCII) != _COMPACT or width not in _UNIT_TYPE:
-        return None
-    storage = (ctypes.c_char * (len(text) * width)).from_address(id(text) + _COMPACT_HEADER)
-    return np.frombuffer(storage, dtype=_UNIT_TYPE[width])
-
-
-def _storage_as_expected() -> bool:
-    if sys.implementation.name != "cpython":
-        return False  # id() need not be an address there
-    for probe in ("xyz" * 3, "\xe9xyz" * 3):
-        state = ctypes.c_uint8.from_address(id(probe) + _STATE_OFFSET).value
-        if state & (_COMPACT | _ASCII) != (_COMPACT | (_ASCII if probe.isascii() else 0)) or (state >> 2) & 7 != 1:
-            return False
-    for probe, codec in (("\u0436xyz" * 3, "utf-16-le"), ("\U0001f600xyz" * 3, "utf-32-le")):
-        units = _characters(probe)
-        if units is None or units.tobytes() != probe.encode(codec):
-            return False
-    return True
-
-
-if not _storage_as_expected():
-    _UNIT_TYPE.clear()  # every str takes str.encode
 
 
 def fix_surrogates(text: str) -> str:
@@ -174,28 +130,6 @@ def validate_segments(segments: Sequence) -> list[tuple[str, bool]]:
         if type(seg) is not tuple or len(seg) != 2 or type(seg[0]) is not str or type(seg[1]) is not bool:
             return [_segment(seg, index) for index, seg in enumerate(segments)]
     return segments if isinstance(segments, list) else list(segments)
-
-
-def join_segments(segments, max_chars: int) -> tuple[bytes, bytes] | None:
-    """``(joined, allow)`` of a list or tuple of ``(str, bool)`` pairs with at most ``max_chars``
-    characters in all: their UTF-8 joined with ``SEPARATOR`` and their flags as bytes of 0 or 1.
-    None for anything else (other types, a str subclass, lone surrogates, more text), which
-    ``pack_segments`` takes.
-
-    >>> join_segments([("<|open|>", True), ("hé", False)], 100)
-    (b'<|open|>\\xffh\\xc3\\xa9', b'\\x01\\x00')
-    """
-    if (type(segments) is not list and type(segments) is not tuple) or not segments \
-            or set(map(type, segments)) != _TUPLE or set(map(len, segments)) != _PAIR:
-        return None
-    texts = list(map(_text, segments))
-    allow = list(map(_allow, segments))
-    if set(map(type, texts)) != _STR or set(map(type, allow)) != _BOOL or sum(map(len, texts)) > max_chars:
-        return None
-    try:
-        return SEPARATOR.join(map(str.encode, texts)), bytes(allow)
-    except UnicodeEncodeError:  # lone surrogates: tiktoken fixes them up per sub-string
-        return None
 
 
 def pack_segments(

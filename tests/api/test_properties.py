@@ -21,8 +21,8 @@ from tests.parity import assert_parity
 
 # module-level: hypothesis tests cannot take function-scoped fixtures; every call goes through the segment cache
 TOK = kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(min_cached_call_chars=0))
-# no cache: short calls are joined (segments.join_segments), not packed
-JOINING = kimi_tok.kimi_k3(segment_cache_bytes=0)
+# no cache: short calls are read in place (native.cpython.read_text_pairs), not packed
+IN_PLACE = kimi_tok.kimi_k3(segment_cache_bytes=0)
 
 SPECIALS = [
     "<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>", "[EOS]", "[BOS]", "[EOT]", "[PAD]",
@@ -84,12 +84,12 @@ def test_random_segments_match_reference_unchunked(segs):
 
 @settings(max_examples=300, **SETTINGS)
 @given(segments, st.booleans())
-def test_random_segments_joined_match_reference(segs, safe):
-    """The same segment lists as short joined calls (the texts' UTF-8 between 0xFF bytes, cut again in the
-    compiled call): the reference's ids."""
+def test_random_segments_read_in_place_match_reference(segs, safe):
+    """The same segment lists as short calls whose compiled call reads them where CPython keeps them: the
+    reference's ids."""
     from tests.reference import Reference
 
-    assert_parity(JOINING, Reference(), segs, tiktoken_safe=safe)
+    assert_parity(IN_PLACE, Reference(), segs, tiktoken_safe=safe)
 
 
 @settings(max_examples=300, **SETTINGS)

@@ -12,7 +12,8 @@ import pytest
 
 import kimi_tok
 from kimi_tok.native.utf8 import utf8_of_code_points
-from kimi_tok.pipeline.segments import TRANSCODED_MIN_CHARS, _characters, utf8_of
+from kimi_tok.native.cpython import str_characters
+from kimi_tok.pipeline.segments import TRANSCODED_MIN_CHARS, utf8_of
 from tests.parity import assert_parity
 
 LONG = TRANSCODED_MIN_CHARS
@@ -156,7 +157,7 @@ def test_transcoded_strs_of_4_byte_characters_and_wide_tails_give_reference_ids(
                      for _ in range(LONG // 12))
     wide_tail = "x" * HEAD + "\u0436" + "\u4e2d\u6587 \uff0c" * LONG  # ASCII head, then all CJK
     emoji_tail = "y" * HEAD + "\U0001f600 " * LONG
-    assert _characters(code).dtype == _characters(emoji_tail).dtype == np.uint32
+    assert str_characters(code).dtype == str_characters(emoji_tail).dtype == np.uint32
     for text in (code, wide_tail, emoji_tail):
         assert _transcoded(text)
         assert_parity(tok, ref, [(text, False)])
@@ -185,6 +186,6 @@ def test_a_str_of_2_byte_characters_with_the_size_of_a_4_byte_one():
     assert len(text.encode()) == 2 * len(text) + 1
     _hold_utf8(text)
     assert sys.getsizeof(text) == sys.getsizeof("\U0001f600" * len(text))
-    assert _characters(text).dtype == np.uint16
+    assert str_characters(text).dtype == np.uint16
     assert bytes(utf8_of(text)) == text.encode("utf-8")
     assert bytes(utf8_of(head + "\u4e2d" + head)) == (head + "\u4e2d" + head).encode()
