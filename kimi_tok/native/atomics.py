@@ -7,8 +7,8 @@ needs to return to Python (where it would wait for the GIL) between items.
 
 ``load``/``store`` (atomic ``int32`` words) and ``futex`` (Linux, through libc's ``syscall``)
 let a thread wait for another inside compiled code (``futex``, ``reuse.parking``); ``copy_bytes`` and
-``uint32_array_at`` (and its ``uint8``, ``uint16`` and ``int64`` kin) reach memory by address, for a thread
-that copies ids whose arrays its caller keeps alive and for reading CPython's objects (``native.cpython``). ``load_u64`` and ``prefetch`` shape the loads of the BPE loop.
+``array_at`` reach memory by address, for a thread that copies ids whose arrays its caller keeps alive and for
+reading CPython's objects (``native.cpython``). ``load_u64`` and ``prefetch`` shape the loads of the BPE loop.
 """
 
 from __future__ import annotations
@@ -118,22 +118,25 @@ def copy_bytes(typingctx, destination, source, n_bytes):
     return types.none(destination, source, n_bytes), codegen
 
 
-def _array_at(item_name: str, address, length):
-    """The signature and code of a 1-D array of ``length`` items of ``types.<item_name>`` at memory ``address``."""
-    if not (isinstance(address, types.Integer) and isinstance(length, types.Integer)):
+@intrinsic
+def array_at(typingctx, address, length, item):
+    """The ``length`` values of NumPy type ``item`` (``np.uint8``, ``np.uint32``, ...) at memory ``address`` as a
+    1-D array (no copy, no owner): for memory that the caller keeps alive while the array is used."""
+    if not (isinstance(address, types.Integer) and isinstance(length, types.Integer)
+            and isinstance(item, types.NumberClass)):
         return None
-    item_type = getattr(types, item_name)
+    item_type = item.instance_type
     array_type = types.Array(item_type, 1, "C")
 
     def codegen(context, builder, sig, args):
         array = context.make_array(array_type)(context, builder)
-        item = context.get_value_type(item_type)
+        value = context.get_value_type(item_type)
         n = context.cast(builder, args[1], sig.args[1], types.intp)
         intp = context.get_value_type(types.intp)
-        size = ir.Constant(intp, context.get_abi_sizeof(item))
+        size = ir.Constant(intp, context.get_abi_sizeof(value))
         context.populate_array(
             array,
-            data=builder.inttoptr(context.cast(builder, args[0], sig.args[0], types.intp), item.as_pointer()),
+            data=builder.inttoptr(context.cast(builder, args[0], sig.args[0], types.intp), value.as_pointer()),
             shape=cgutils.pack_array(builder, [n]),
             strides=cgutils.pack_array(builder, [size]),
             itemsize=size,
@@ -141,32 +144,7 @@ def _array_at(item_name: str, address, length):
         )
         return array._getvalue()
 
-    return array_type(address, length), codegen
-
-
-@intrinsic
-def uint32_array_at(typingctx, address, length):
-    """The ``length`` ``uint32`` values at memory ``address`` as a 1-D array (no copy, no owner):
-    for memory that the caller keeps alive while the array is used."""
-    return _array_at("uint32", address, length)
-
-
-@intrinsic
-def uint16_array_at(typingctx, address, length):
-    """``uint32_array_at`` for ``uint16`` values."""
-    return _array_at("uint16", address, length)
-
-
-@intrinsic
-def uint8_array_at(typingctx, address, length):
-    """``uint32_array_at`` for bytes."""
-    return _array_at("uint8", address, length)
-
-
-@intrinsic
-def int64_array_at(typingctx, address, length):
-    """``uint32_array_at`` for ``int64`` words (pointers and sizes of CPython's objects: ``native.cpython``)."""
-    return _array_at("int64", address, length)
+    return array_type(address, length, item), codegen
 
 
 @intrinsic

@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-from .atomics import int64_array_at, uint8_array_at, uint16_array_at, uint32_array_at
+from .atomics import array_at
 from .jit import index, kernel, leaf
 from .utf8 import utf8_of_code_points
 
@@ -97,15 +97,15 @@ def _pair_at(items, i, layout):
     """``(text, flag, length, state)`` of pair ``i`` (addresses, then the text's length and state byte), or
     ``text`` 0 when it is not an exact tuple of an exact str and a bool, or the str is not compact. An object's
     type is checked before any field past its header is read."""
-    pair = int64_array_at(items[index(i)], layout[ITEMS_WORD] + 2)
+    pair = array_at(items[index(i)], layout[ITEMS_WORD] + 2, np.int64)
     if pair[index(layout[TYPE_WORD])] != layout[TUPLE_TYPE] or pair[index(layout[SIZE_WORD])] != 2:
         return np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     text = pair[index(layout[ITEMS_WORD])]
     flag = pair[index(layout[ITEMS_WORD] + 1)]
-    head = int64_array_at(text, layout[SIZE_WORD] + 1)
+    head = array_at(text, layout[SIZE_WORD] + 1, np.int64)
     if head[index(layout[TYPE_WORD])] != layout[STR_TYPE] or (flag != layout[TRUE] and flag != layout[FALSE]):
         return np.int64(0), np.int64(0), np.int64(0), np.int64(0)
-    state = np.int64(uint8_array_at(text + layout[STATE_AT], 1)[0])
+    state = np.int64(array_at(text + layout[STATE_AT], 1, np.uint8)[0])
     if state & COMPACT == 0:
         return np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     return text, flag, head[index(layout[SIZE_WORD])], state
@@ -132,7 +132,7 @@ def read_text_pairs(address, n, layout, max_chars, max_bytes):
     UTF-8 back to back in ``buf``, where each starts and ends, and each flag. ``status`` is ``PAIRS_READ``, or
     (the arrays then empty) ``NOT_PAIRS`` for anything but exact tuples of an exact str and a bool,
     ``TOO_LONG`` past ``max_chars`` characters or ``max_bytes`` bytes, ``LONE_SURROGATE``."""
-    items = int64_array_at(address + WORD * layout[ITEMS_WORD], n)
+    items = array_at(address + WORD * layout[ITEMS_WORD], n, np.int64)
     n_chars = 0
     for i in range(n):
         text, _, length, _ = _pair_at(items, i, layout)
@@ -152,17 +152,17 @@ def read_text_pairs(address, n, layout, max_chars, max_bytes):
         allow_special[i] = flag == layout[TRUE]
         width = (state >> 2) & 7
         if state & ASCII:
-            chars = uint8_array_at(text + layout[ASCII_AT], length)
+            chars = array_at(text + layout[ASCII_AT], length, np.uint8)
             for k in range(length):
                 buf[index(at + k)] = chars[index(k)]
             at += length
         elif width == 1:
-            at = _latin1_utf8(uint8_array_at(text + layout[WIDE_AT], length), buf, at)
+            at = _latin1_utf8(array_at(text + layout[WIDE_AT], length, np.uint8), buf, at)
         else:
             if width == 2:
-                written = utf8_of_code_points(uint16_array_at(text + layout[WIDE_AT], length), buf[at:])
+                written = utf8_of_code_points(array_at(text + layout[WIDE_AT], length, np.uint16), buf[at:])
             else:
-                written = utf8_of_code_points(uint32_array_at(text + layout[WIDE_AT], length), buf[at:])
+                written = utf8_of_code_points(array_at(text + layout[WIDE_AT], length, np.uint32), buf[at:])
             if written < 0:
                 return _declined(LONE_SURROGATE)
             at += written

@@ -81,7 +81,7 @@ def _copy_job(job):
         atomics.copy_bytes(destination + ID_BYTES * at, job[index(FIRST_COPY + 2 * k)], ID_BYTES * n)
         at += n
     if job[FAULT_TO] > job[FAULT_FROM]:
-        region = atomics.uint32_array_at(destination + ID_BYTES * job[FAULT_FROM], job[FAULT_TO] - job[FAULT_FROM])
+        region = atomics.array_at(destination + ID_BYTES * job[FAULT_FROM], job[FAULT_TO] - job[FAULT_FROM], np.uint32)
         for i in range(0, region.shape[0], IDS_PER_PAGE):
             region[index(i)] = 0
 
