@@ -139,8 +139,8 @@ def read_text_pairs(address, n, layout, max_chars, max_bytes):
         if text == 0:
             return _declined(NOT_PAIRS)
         n_chars += length
-    if n_chars > max_chars:
-        return _declined(TOO_LONG)
+        if n_chars > max_chars:  # a long call of many segments is declined without reading them all
+            return _declined(TOO_LONG)
     buf = np.empty(4 * n_chars + UTF8_ROOM, dtype=np.uint8)
     seg_start = np.empty(n, dtype=np.int64)
     seg_end = np.empty(n, dtype=np.int64)

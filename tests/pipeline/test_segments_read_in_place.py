@@ -88,6 +88,7 @@ def test_every_code_point_is_read_as_its_utf8(first, last):
     ([("ok", True), ("\U0001f600\udfff", False)], LONE_SURROGATE),
     ([("x" * 11, False)], TOO_LONG),
     ([("x" * 6, False), ("y" * 5, True)], TOO_LONG),
+    ([("x" * 11, False), (5, False)], TOO_LONG),  # declined at the limit, before the rest is read
 ])
 def test_what_is_not_read(tok, segments, status):
     """Other types, str and tuple subclasses, lone surrogates and calls over ``max_chars`` are declined: packed."""
