@@ -27,6 +27,7 @@ from .bpe.piece_cache import growth_needed
 from .pretokenize import pretokenizer_for
 from .pretokenize.kimi_scanner import scan_runs
 from .pretokenize.unicode_classes import code_point_flags
+from .segments import count_chars
 from .specials import build_special_table, split_specials
 
 bundles = DeferredModule("kimi_tok.native.bundles")  # imports numba: read when a kernel is typed
@@ -162,7 +163,12 @@ class SubstringEncoder:
         UTF-8, or lone surrogates (``native.cpython.read_text_pairs``)."""
         if LAYOUT is None or not pairs:
             return None
-        cache, bundle = self.piece_caches.take()
+        cache, bundle = self.piece_caches.take(make=False)
+        if cache is None:  # none free: a new one (~6 ms) only for a call that is not too long
+            chars = count_chars(pairs)
+            if chars is None or chars > max_chars:
+                return None
+            cache, bundle = self.piece_caches.take()
         if bundle is None:  # the cache's first short call (or first since it grew)
             bundle = bundle_stages(self.tables, self.specials, self.pretokenizer.scan_table, code_point_flags(), cache)
         # ``pairs`` (this frame holds it) keeps every pair and str alive while the call reads them

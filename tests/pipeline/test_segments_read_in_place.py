@@ -110,6 +110,21 @@ def test_a_call_at_the_limits_is_read():
     assert read([("x" * 6, False), ("é" * 4, True)], max_chars=10, max_bytes=14)[2] == TOO_LONG
 
 
+def test_a_long_call_is_declined_without_making_a_piece_cache(ref):
+    """With no piece cache free, a new one (~6 ms) is made only for a call that is not too long."""
+    stages = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)._compiled()[0].stages
+    while stages.piece_caches.take(make=False)[0] is not None:
+        pass
+    made = []
+    make = stages.piece_caches._make
+    stages.piece_caches._make = lambda: made.append(1) or make()
+    assert stages.encode_pairs((("x" * 11, False),), 10, NO_LIMIT, True) is None
+    assert made == []
+    ids = stages.encode_pairs((("x" * 10, False),), 10, NO_LIMIT, True)
+    assert list(ids) == ref.encode_segments([("x" * 10, False)])
+    assert made == [1]
+
+
 def test_a_str_subclass_is_packed_as_its_characters(tok, ref):
     assert tok.encode_segments([(Text("héllo wörld"), False)]).ids == ref.encode_segments([("héllo wörld", False)])
 

@@ -140,12 +140,14 @@ class PieceCachePool:
         yield cache
         self.give_back(cache, bundle)
 
-    def take(self) -> tuple[PieceCache, object]:
+    def take(self, make: bool = True) -> tuple[PieceCache | None, object]:
         """``borrow`` without a ``with`` block (a short call's few microseconds): a free cache (or a new
-        one) and the bundle given back with it (``native.bundles``; None if none was, or the cache grew
-        since). Hand both to ``give_back`` unless the call using them failed."""
+        one; ``(None, None)`` if not ``make``) and the bundle given back with it (``native.bundles``; None if
+        none was, or the cache grew since). Hand both to ``give_back`` unless the call using them failed."""
         cache, bundle = self._free_one()
-        return (self._make(), None) if cache is None else (cache, bundle)
+        if cache is None:
+            return (self._make(), None) if make else (None, None)
+        return cache, bundle
 
     def _free_one(self) -> tuple[PieceCache | None, object]:
         with self._lock:
