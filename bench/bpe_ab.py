@@ -2,6 +2,7 @@
 
     python -m bench.bpe_ab HEAD~1                 # that commit's encode.py against the working tree's
     python -m bench.bpe_ab 9fbe311 --kinds ids,json --rounds 31
+    python -m bench.bpe_ab HEAD --file merge --fresh --kinds de,zh,code   # merge.py, every piece fresh
 
 Whole calls compared across processes or across the two cores of the dev machine moved by a third between
 runs, and two builds of the package in one process do not compare (docs/performance.md). Here only the
@@ -12,6 +13,11 @@ piece cache (the second round on, every piece is cached), ids checked equal. Pri
 ms/MB of each and the median of the paired ratios (the noise between two copies of one version read
 0.98-1.05). Versions whose ``encode_runs`` signature differs, or which need tables this tree lacks, do
 not compare this way.
+
+``--file merge`` compares two versions of ``merge.py`` instead (the merging of pieces that are not tokens),
+each under the working tree's ``encode.py``; ``--fresh`` empties each piece cache before every text, so
+every piece is looked up and merged as in a text's first call (the time that keeps German and Chinese
+behind: docs/design-notes.md, "Faster merging of fresh pieces").
 """
 
 from __future__ import annotations
@@ -29,37 +35,57 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 ENCODE_PATH = "kimi_tok/pipeline/bpe/encode.py"
+FILES = {"encode": ENCODE_PATH, "merge": "kimi_tok/pipeline/bpe/merge.py"}
 
 
-def absolute_imports(source: str) -> str:
-    """``encode.py``'s relative imports written against the installed package."""
-    return (source.replace("from ...native", "from kimi_tok.native")
-            .replace("from .", "from kimi_tok.pipeline.bpe."))
+def absolute_imports(source: str, merge_module: str | None = None) -> str:
+    """A ``pipeline/bpe`` module's relative imports written against the installed package (``merge_module``:
+    the name of the module that ``from .merge import`` reads instead)."""
+    source = (source.replace("from ...native", "from kimi_tok.native")
+              .replace("from .", "from kimi_tok.pipeline.bpe."))
+    if merge_module is not None:
+        source = source.replace("from kimi_tok.pipeline.bpe.merge import", f"from {merge_module} import")
+    return source
 
 
-def load_version(source: str, name: str, folder: Path):
+def load_version(source: str, name: str, folder: Path, merge_module: str | None = None):
     path = folder / f"{name}.py"
-    path.write_text(absolute_imports(source))
+    path.write_text(absolute_imports(source, merge_module))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # an encode.py loaded after it imports it by this name
     spec.loader.exec_module(module)
     return module
 
 
+def load_versions(base_source: str, folder: Path, file: str) -> dict:
+    """``{"base": module, "tree": module}``, each with an ``encode_runs``: the two versions of ``file``."""
+    tree_source = (ROOT / FILES[file]).read_text()
+    if file == "encode":
+        return {"base": load_version(base_source, "bpe_ab_base", folder),
+                "tree": load_version(tree_source, "bpe_ab_tree", folder)}
+    encode_source = (ROOT / ENCODE_PATH).read_text()
+    versions = {}
+    for name, source in (("base", base_source), ("tree", tree_source)):
+        load_version(source, f"bpe_ab_{name}_merge", folder)
+        versions[name] = load_version(encode_source, f"bpe_ab_{name}", folder, merge_module=f"bpe_ab_{name}_merge")
+    return versions
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("base", help="a git revision whose encode.py is compared with the working tree's")
+    p.add_argument("base", help="a git revision whose file (--file) is compared with the working tree's")
+    p.add_argument("--file", choices=sorted(FILES), default="encode", help="which file of pipeline/bpe differs")
+    p.add_argument("--fresh", action="store_true", help="empty the piece caches before every text")
     p.add_argument("--kinds", default="ids,json,code,prose,de", help="kinds of bench.realtext")
     p.add_argument("--texts", type=int, default=4, help="fresh texts of up to 1 MB per kind")
     p.add_argument("--rounds", type=int, default=21, help="rounds per kind, the versions in turn (the first not timed)")
     args = p.parse_args(argv)
 
-    base_source = subprocess.run(["git", "show", f"{args.base}:{ENCODE_PATH}"], cwd=ROOT, capture_output=True,
+    base_source = subprocess.run(["git", "show", f"{args.base}:{FILES[args.file]}"], cwd=ROOT, capture_output=True,
                                  text=True, check=True).stdout
-    with tempfile.TemporaryDirectory(prefix="kimi_tok_bpe_ab_") as folder:  # the two modules and their kernels
-        versions = {"base": load_version(base_source, "bpe_ab_base", Path(folder)),
-                    "tree": load_version((ROOT / ENCODE_PATH).read_text(), "bpe_ab_tree", Path(folder))}
-        compare(versions, args)
+    with tempfile.TemporaryDirectory(prefix="kimi_tok_bpe_ab_") as folder:  # the modules and their kernels
+        compare(load_versions(base_source, Path(folder), args.file), args)
     return 0
 
 
@@ -67,13 +93,16 @@ def compare(versions: dict, args: argparse.Namespace) -> None:
     import kimi_tok
     from bench import settled
     from bench.realtext import MB, Pool
+    from kimi_tok.pipeline.bpe.piece_cache import empty_piece_cache
     from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
 
     tok, = settled(kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0))
     stages = tok.engine.stages
     caches = {name: stages.piece_caches.take()[0] for name in versions}
     pool = Pool.load(quiet=True)
-    print(f"base {args.base} against the working tree; ms/MB of BPE alone, every piece cached after the first round")
+    state = "every piece fresh (caches emptied before each text)" if args.fresh else \
+        "every piece cached after the first round"
+    print(f"base {args.base}'s {args.file}.py against the working tree's; ms/MB of BPE alone, {state}")
     for kind in args.kinds.split(","):
         texts, _ = pool.texts(kind, args.texts, 1.0, seed=0)
         inputs = []
@@ -90,6 +119,8 @@ def compare(versions: dict, args: argparse.Namespace) -> None:
                 for buf, runs, first_piece, piece_end in inputs:
                     out = np.empty(len(buf) + 1, np.uint32)
                     run_out_end = np.empty(1, np.int64)
+                    if args.fresh:
+                        empty_piece_cache(stages.tables, caches[name])
                     t0 = time.perf_counter()
                     n = versions[name].encode_runs(stages.tables, buf, *runs, first_piece, piece_end, out, run_out_end,
                                                    caches[name])

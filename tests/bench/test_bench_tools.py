@@ -198,3 +198,19 @@ def test_bpe_ab_compares_two_versions_of_the_bpe_loop_on_the_same_tables():
                              "--rounds", "3"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"ids: base +[\d.]+ +tree +[\d.]+ ms/MB +base/tree paired [\d.]+", result.stdout), result.stdout
+
+
+def test_bpe_ab_compares_two_versions_of_merging_on_fresh_pieces():
+    """``--file merge --fresh``: HEAD's merge.py and the tree's, each under the tree's encode.py (its merge import
+    pointed at that version), the piece caches emptied before every text; equal ids and a ratio per kind."""
+    from bench import bpe_ab
+
+    source = (REPO / bpe_ab.ENCODE_PATH).read_text()
+    rewritten = bpe_ab.absolute_imports(source, merge_module="bpe_ab_base_merge")
+    assert "from bpe_ab_base_merge import" in rewritten and "kimi_tok.pipeline.bpe.merge import" not in rewritten
+    result = subprocess.run([sys.executable, "-m", "bench.bpe_ab", "HEAD", "--file", "merge", "--fresh", "--kinds",
+                             "de", "--texts", "1", "--rounds", "3"], cwd=REPO, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "merge.py" in result.stdout and "every piece fresh" in result.stdout, result.stdout
+    assert re.search(r"de: base +[\d.]+ +tree +[\d.]+ ms/MB +base/tree paired [\d.]+", result.stdout), result.stdout

@@ -305,6 +305,14 @@ def _start_general_table_over(cache):
     cache.used[index(IDS_USED)] = 0
 
 
+def empty_piece_cache(tables, cache: PieceCache) -> None:
+    """Forget every merged piece and pair look-up of ``cache`` (a piece cache of ``tables``' vocabulary), as
+    before a process's first call: for benchmarks of merging (``bench.bpe_ab --fresh``)."""
+    start_short_table_over(tables, cache)
+    _start_general_table_over(cache)
+    cache.pair_memo[:] = 0
+
+
 @leaf
 def start_short_table_over(tables, cache):
     """Empty the short table of its merged pieces: the vocabulary's entries only (or none, for a table
