@@ -125,6 +125,21 @@ def test_a_long_call_is_declined_without_making_a_piece_cache(ref):
     assert made == [1]
 
 
+def test_without_the_probed_layout_short_calls_are_packed_alike(monkeypatch, ref):
+    """Where the import-time probe failed (``LAYOUT`` None: another implementation or object layout), short calls
+    decline the in-place path and long strs of wide characters take ``str.encode``: the same ids."""
+    from kimi_tok.native import cpython
+    from kimi_tok.pipeline import assembly
+
+    monkeypatch.setattr(cpython, "LAYOUT", None)
+    monkeypatch.setattr(assembly, "LAYOUT", None)
+    assert cpython.str_characters("\u0436" * 20) is None
+    tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+    segments = [("<|open|>", True), ("héllo wörld 数字 🙂", False), ("\u0436x" * 20_000, False)]
+    assert tok._compiled()[0].encode_short(segments, True, True, 1 << 16) is None
+    assert_parity(tok, ref, segments)
+
+
 def test_a_str_subclass_is_packed_as_its_characters(tok, ref):
     assert tok.encode_segments([(Text("héllo wörld"), False)]).ids == ref.encode_segments([("héllo wörld", False)])
 
