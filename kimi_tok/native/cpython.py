@@ -4,7 +4,7 @@ Both readers rely on CPython's layout of tuples and compact strs (PEP 393), prob
 whose contents are known. Where a probe fails (another implementation, a free-threaded build, a layout
 that changed) ``LAYOUT`` is None, ``str_characters`` answers None, and callers take the Python way.
 
-* ``str_characters``: a str of 2- or 4-byte characters as a NumPy array over its own storage, which
+* ``str_characters``: a str that is not ASCII as a NumPy array over its own storage, which
   ``pipeline.segments.utf8_of`` encodes in compiled code (docs/performance.md, "Packing from the str's own
   characters").
 * ``read_text_pairs`` (compiled): a tuple of ``(str, bool)`` pairs, checked and encoded to UTF-8 in one
@@ -36,7 +36,7 @@ STATE_OFFSET = 2 * WORD + 2 * ctypes.sizeof(ctypes.c_ssize_t)
 COMPACT, ASCII = 0x20, 0x40
 ASCII_HEADER = sys.getsizeof("a") - 2
 WIDE_HEADER = sys.getsizeof("\xe9") - 2
-UNIT_TYPES = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32)}
+UNIT_TYPES = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32)}
 # LAYOUT, an int64 array the compiled reader takes: the addresses of the types and bools it compares with,
 # then where a field is, in words from an object's start (a tuple's items, a str's length) or in bytes
 TUPLE_TYPE, STR_TYPE, TRUE, FALSE, TYPE_WORD, SIZE_WORD, ITEMS_WORD, STATE_AT, ASCII_AT, WIDE_AT = range(10)
@@ -80,8 +80,9 @@ LAYOUT = _layout()
 
 
 def str_characters(text: str) -> np.ndarray | None:
-    """A str's 2- or 4-byte characters as an array over CPython's own storage (no copy; valid while ``text``
-    lives), or None for any other str (ASCII, 1-byte characters, not compact) or Python."""
+    """A str's characters as an array over CPython's own storage (``uint8``, ``uint16`` or ``uint32``: no copy;
+    valid while ``text`` lives), or None for an ASCII str (its bytes are its UTF-8), one that is not compact,
+    or a Python whose layout was not recognised."""
     if LAYOUT is None:
         return None
     state = ctypes.c_uint8.from_address(id(text) + STATE_OFFSET).value
@@ -109,21 +110,6 @@ def _pair_at(items, i, layout):
     if state & COMPACT == 0:
         return np.int64(0), np.int64(0), np.int64(0), np.int64(0)
     return text, flag, head[index(layout[SIZE_WORD])], state
-
-
-@leaf
-def _latin1_utf8(chars, out, at):
-    """The UTF-8 of 1-byte characters (``chars``) at ``out[at:]``; returns its end."""
-    for k in range(chars.shape[0]):
-        c = np.int64(chars[index(k)])
-        if c < 0x80:
-            out[index(at)] = c
-            at += 1
-        else:
-            out[index(at)] = 0xC0 | (c >> 6)
-            out[index(at + 1)] = 0x80 | (c & 0x3F)
-            at += 2
-    return at
 
 
 @kernel
@@ -156,10 +142,10 @@ def read_text_pairs(address, n, layout, max_chars, max_bytes):
             for k in range(length):
                 buf[index(at + k)] = chars[index(k)]
             at += length
-        elif width == 1:
-            at = _latin1_utf8(array_at(text + layout[WIDE_AT], length, np.uint8), buf, at)
         else:
-            if width == 2:
+            if width == 1:
+                written = utf8_of_code_points(array_at(text + layout[WIDE_AT], length, np.uint8), buf[at:])
+            elif width == 2:
                 written = utf8_of_code_points(array_at(text + layout[WIDE_AT], length, np.uint16), buf[at:])
             else:
                 written = utf8_of_code_points(array_at(text + layout[WIDE_AT], length, np.uint32), buf[at:])

@@ -70,11 +70,12 @@ def well_formed_code_point_at(buf, i, width):
 
 @kernel
 def utf8_of_code_points(units, out):
-    """The UTF-8 of code points (``uint16`` or ``uint32``, as a str of 2- or 4-byte characters stores them)
-    written to ``out`` (at least ``4 * len(units) + 64`` bytes); returns its length, or -1 at a surrogate
-    (which UTF-8 cannot encode). Runs of ASCII go 64 bytes of units at a time (``simd.narrowed_block``);
-    after a character that is not ASCII the loop goes one by one up to the next ASCII character, so a
-    run of other characters is not looked at a block at a time for each of them."""
+    """The UTF-8 of code points (``uint8``, ``uint16`` or ``uint32``, as a str of 1-, 2- or 4-byte characters
+    stores them) written to ``out`` (at least ``4 * len(units) + 64`` bytes, ``2 * len(units) + 64`` for
+    ``uint8``); returns its length, or -1 at a surrogate (which UTF-8 cannot encode). Runs of ASCII go 64
+    bytes of units at a time (``simd.narrowed_block``); after a character that is not ASCII the loop goes
+    one by one up to the next ASCII character, so a run of other characters is not looked at a block at a
+    time for each of them."""
     n = units.shape[0]
     lanes = BLOCK_BYTES // units.itemsize
     i = 0

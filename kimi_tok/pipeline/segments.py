@@ -67,7 +67,7 @@ def _segment(seg, index: int) -> tuple[str, bool]:
     return text, _flag(allow, "allow_special", where)
 
 
-UTF8_PER_UNIT = {2: 3, 4: 4}  # the most UTF-8 bytes one character of that width takes
+UTF8_PER_UNIT = {1: 2, 2: 3, 4: 4}  # the most UTF-8 bytes one character of that width takes
 
 
 def utf8_of(text: str) -> bytes | np.ndarray:

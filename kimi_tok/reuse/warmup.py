@@ -102,7 +102,7 @@ def _short_call(engine, reuse, decoder) -> None:
     grown_piece_cache(tiny_cache)
     engine.encode(segments, False, want_ids=False)
     engine.encode_with_bounds(segments, True)
-    for wide in ("\u0436", "\U0001f600"):  # long strs of 2- and 4-byte characters, mostly ASCII: transcoded
+    for wide in ("\xe9", "\u0436", "\U0001f600"):  # long strs of 1-, 2- and 4-byte characters, mostly ASCII
         utf8_of(wide + "x" * TRANSCODED_MIN_CHARS)
     if decoder is not None:
         decoder.decode_bytes(ids)

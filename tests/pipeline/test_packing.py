@@ -83,6 +83,21 @@ def test_runs_of_other_characters_of_every_length_at_every_offset(dtype_char):
         assert _transcoded("c" * offset + text[::-1])
 
 
+def test_strs_of_1_byte_characters_every_latin_1_character_at_every_offset():
+    # a str whose characters all fit a byte but are not all ASCII is read as uint8 units: 64 a block
+    assert str_characters("x" * LONG + "\xe9").dtype == np.uint8
+    latin_1 = "".join(map(chr, range(0x80, 0x100)))
+    for offset in range(70):
+        assert _transcoded("y" * offset + latin_1 + "z" * (LONG + offset))
+        assert _transcoded("z" * LONG + "y" * offset + latin_1[::-1])  # and in the tail after the last block
+    rng = random.Random(7)
+    for _ in range(40):
+        share = rng.choice([0.001, 0.05, 0.5, 1.0])
+        text = "".join(chr(rng.randrange(0x80, 0x100)) if rng.random() < share else chr(rng.randrange(0, 0x80))
+                       for _ in range(LONG + rng.randrange(200)))
+        assert _transcoded(text + "\xff")
+
+
 def test_texts_that_are_mostly_not_ascii():
     for text in ("\u0436" * LONG, "\U0001f600" * LONG, ("\u4e2d\u6587 " * LONG)[:LONG], "\u0e01\u0e32\u0e23" * LONG,
                  "\u0436" + "\xe9" * LONG):
@@ -109,7 +124,7 @@ def test_texts_that_are_mostly_not_ascii_give_reference_ids(ref):
 def test_other_texts_take_str_encode():
     assert not _transcoded("x" * (LONG - 2) + "\u0436")  # short
     assert not _transcoded("x" * LONG)  # ASCII: str.encode copies it
-    assert not _transcoded("x" * LONG + "\xe9")  # one byte per character
+    assert _transcoded("x" * LONG + "\xe9")  # one byte per character, not all ASCII
     assert _transcoded("x" * LONG + "\u0436")
     assert _transcoded("x" * LONG + "\U0001f600")
 
