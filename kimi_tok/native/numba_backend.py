@@ -69,6 +69,18 @@ def make_dispatcher(declared) -> CPUDispatcher:
     return dispatcher
 
 
+def compiled_entry(dispatcher, args: tuple):
+    """What ``dispatcher(*args)`` runs once numba has chosen it: the compiled function's entry point for
+    these arguments' types (it still unboxes each argument), to call again with arguments of the same types
+    without the dispatcher typing each one (``typeof`` of a structref is Python code: ~10 us a call after
+    other work, docs/performance.md, "The fixed cost of a short call"). ``dispatcher`` itself where it has
+    no such overload yet, or is not a numba dispatcher (``NUMBA_DISABLE_JIT``)."""
+    if not isinstance(dispatcher, CPUDispatcher):
+        return dispatcher
+    found = dispatcher.overloads.get(tuple(dispatcher.typeof_pyval(arg) for arg in args))
+    return dispatcher if found is None else found.entry_point
+
+
 def make_intrinsic(declared):
     """numba's ``@intrinsic`` of a declared one."""
     return intrinsic(declared.py_func)

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from ..native.cpython import LAYOUT, PAIRS_READ, read_text_pairs
+from ..native import jit
 from ..native.jit import DeferredModule, kernel
 from . import bpe
 from .chunking import cut_chunks, cut_substrings
@@ -163,18 +164,22 @@ class SubstringEncoder:
         UTF-8, or lone surrogates (``native.cpython.read_text_pairs``)."""
         if LAYOUT is None or not pairs:
             return None
-        cache, bundle = self.piece_caches.take(make=False)
+        cache, short_call = self.piece_caches.take(make=False)
         if cache is None:  # none free: a new one (~6 ms) only for a call that is not too long
             chars = count_chars(pairs)
             if chars is None or chars > max_chars:
                 return None
-            cache, bundle = self.piece_caches.take()
-        if bundle is None:  # the cache's first short call (or first since it grew)
+            cache, short_call = self.piece_caches.take()
+        if short_call is None:  # the cache's first short call (or first since it grew): the dispatcher's
             bundle = bundle_stages(self.tables, self.specials, self.pretokenizer.scan_table, code_point_flags(), cache)
+            short_call = (bundle, encode_pairs_bundled)
+        bundle, encode = short_call
         # ``pairs`` (this frame holds it) keeps every pair and str alive while the call reads them
-        ids, status, may_grow = encode_pairs_bundled(bundle, id(pairs), len(pairs), LAYOUT, max_chars, max_bytes,
-                                                     tiktoken_safe)
-        self.piece_caches.give_back(cache, bundle, may_grow)  # not after an error: see PieceCachePool.borrow
+        args = (bundle, id(pairs), len(pairs), LAYOUT, max_chars, max_bytes, tiktoken_safe)
+        ids, status, may_grow = encode(*args)
+        if encode is encode_pairs_bundled:  # later calls skip the dispatcher's typing of the bundle
+            short_call = (bundle, jit.compiled_entry(encode_pairs_bundled, args))
+        self.piece_caches.give_back(cache, short_call, may_grow)  # not after an error: see PieceCachePool.borrow
         return ids if status == PAIRS_READ else None
 
     def encode_packed(self, buf, seg_start, seg_end, needs_cuts, allow_special, flags, out):

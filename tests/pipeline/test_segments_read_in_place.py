@@ -125,6 +125,27 @@ def test_a_long_call_is_declined_without_making_a_piece_cache(ref):
     assert made == [1]
 
 
+def test_a_cache_keeps_the_compiled_call_of_its_short_calls(ref):
+    """The first short call on a piece cache goes through numba's dispatcher; the cache is given back with its
+    bundle and the compiled entry point for it, which later calls on that cache run (the same ids); a cache that
+    grows drops both (test_piece_cache: test_a_short_call_keeps_its_caches_bundle_until_the_cache_grows)."""
+    from kimi_tok.pipeline.assembly import encode_pairs_bundled
+
+    stages = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)._compiled()[0].stages
+    pool = stages.piece_caches
+    while pool.take(make=False)[0] is not None:
+        pass
+    segments = [("<|open|>", True), ("héllo wörld 数字 🙂", False)]
+    want = ref.encode_segments(segments)
+    assert list(stages.encode_pairs(tuple(segments), NO_LIMIT, NO_LIMIT, True)) == want
+    (cache, (bundle, encode)), = pool._free
+    assert encode is not encode_pairs_bundled and encode.__name__ == "encode_pairs_bundled"
+    for _ in range(3):
+        assert list(stages.encode_pairs(tuple(segments), NO_LIMIT, NO_LIMIT, True)) == want
+        (kept, short_call), = pool._free
+        assert kept is cache and short_call == (bundle, encode)
+
+
 def test_without_the_probed_layout_short_calls_are_packed_alike(monkeypatch, ref):
     """Where the import-time probe failed (``LAYOUT`` None: another implementation or object layout), short calls
     decline the in-place path and long strs of wide characters take ``str.encode``: the same ids."""

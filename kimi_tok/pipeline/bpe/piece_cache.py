@@ -142,8 +142,9 @@ class PieceCachePool:
 
     def take(self, make: bool = True) -> tuple[PieceCache | None, object]:
         """``borrow`` without a ``with`` block (a short call's few microseconds): a free cache (or a new
-        one; ``(None, None)`` if not ``make``) and the bundle given back with it (``native.bundles``; None if
-        none was, or the cache grew since). Hand both to ``give_back`` unless the call using them failed."""
+        one; ``(None, None)`` if not ``make``) and the bundle given back with it (what a short call keeps with
+        the cache: its ``native.bundles`` object and the compiled call for it, ``SubstringEncoder.encode_pairs``;
+        None if none was, or the cache grew since). Hand both to ``give_back`` unless the call using them failed."""
         cache, bundle = self._free_one()
         if cache is None:
             return (self._make(), None) if make else (None, None)
