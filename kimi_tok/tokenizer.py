@@ -77,6 +77,8 @@ class Tokenizer:
         self.chat_template: str | dict[str, str] | None = None  # a model directory's (``loaders.load``)
         self._origin: tuple | None = None  # (rebuild, args): how ``loaders`` made it, for pickling
         self._parts: tuple[Engine, SegmentReuse | None] | None = None  # the compiled path, once made
+        self._short_call: tuple[Engine, int, int] | None = None  # (engine, max chars, max bytes) of short calls
+        self._special_mask = self._decoder.is_special.__getitem__
         self._interpreted: InterpretedEngine | None = None  # answers calls until then (a cold start)
         self._made = threading.Event()
         self._failed: BaseException | None = None
@@ -112,6 +114,7 @@ class Tokenizer:
             reuse = SegmentReuse(engine, policy) if policy.segment_cache_bytes else None
             self._decoder.tables = tables
             warm_up(engine, reuse, self._decoder)  # no later call compiles: reuse/warmup.py
+            self._short_call = (engine, *(engine if reuse is None else reuse).short_call_limits())
             self._parts = (engine, reuse)
             self._interpreted = None
         except BaseException as e:  # kept for the calls that need the compiled path
@@ -200,13 +203,22 @@ class Tokenizer:
         >>> tok.encode_segments([("<|open|>", True), ("hi", False)]).ids
         [163587, 9663]
         """
+        short, joins = self._short_call, True
+        if short is not None and return_offsets is False and type(tiktoken_safe) is bool \
+                and type(add_special_tokens) is bool:
+            # a short call goes straight to its one compiled call: after other work each Python layer between
+            # costs microseconds (docs/performance.md, "Short calls without the layers between")
+            ids = short[0].short_call_ids(segments, tiktoken_safe, short[1], short[2])
+            if ids is not None:
+                return Encoding(ids, self._special_mask)
+            joins = False  # declined: the path below would decline it again
         _check_flag("add_special_tokens", add_special_tokens)
         _check_flag("tiktoken_safe", tiktoken_safe)
         _check_flag("return_offsets", return_offsets)
-        ids = self._run(segments, bool(tiktoken_safe), want_ids=True).ids
+        ids = self._run(segments, bool(tiktoken_safe), want_ids=True, joins=joins).ids
         spans = token_spans(self._decoder.offset_tables, ids, validate_segments(segments), bool(tiktoken_safe),
                             self._engine.flags) if return_offsets else None  # compiled: waits for a cold start
-        return Encoding(ids, self._decoder.is_special.__getitem__, spans)
+        return Encoding(ids, self._special_mask, spans)
 
     def encode_batch(self, items: Sequence[str | Segments], *, allow_special: bool = False,
                      tiktoken_safe: bool = True) -> list[Encoding]:
@@ -219,7 +231,7 @@ class Tokenizer:
         else:
             engine, reuse = self._compiled()
             ids = encode_items(self._run, items, bool(tiktoken_safe), engine, reuse is not None)
-        return [Encoding(array, self._decoder.is_special.__getitem__) for array in ids]
+        return [Encoding(array, self._special_mask) for array in ids]
 
     def encode_to_numpy(self, segments: Segments, tiktoken_safe: bool = True) -> np.ndarray:
         """``encode_segments(...).into_numpy()["ids"]`` in one call."""
@@ -257,12 +269,13 @@ class Tokenizer:
             raise ValueError(f"n_jobs must be a positive int or None, not {n_jobs!r}")
         return self._engine.profile(segments, bool(tiktoken_safe), n_jobs or self.policy.n_jobs)
 
-    def _run(self, segments: Segments, tiktoken_safe: bool, want_ids: bool):
+    def _run(self, segments: Segments, tiktoken_safe: bool, want_ids: bool, joins: bool = True):
+        """``joins`` False: ``Engine.short_call_ids`` declined the call already."""
         parts, interpreted = self._parts, self._interpreted
         if parts is None and interpreted is not None and not (self._loading and self._waits_for_kernels(segments)):
             return interpreted.encode(segments, tiktoken_safe, want_ids)  # kernels still compiling or loading
         engine, reuse = parts or self._compiled()
-        return (reuse if reuse is not None else engine).encode(segments, tiktoken_safe, want_ids)
+        return (reuse if reuse is not None else engine).encode(segments, tiktoken_safe, want_ids, joins=joins)
 
     def _waits_for_kernels(self, segments: Segments) -> bool:
         """Whether a call made while a warm start loads the kernels waits for them: its text is

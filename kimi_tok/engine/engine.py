@@ -93,14 +93,25 @@ class Engine:
         return Encoded(ids if want_ids else None, len(ids))
 
     def encode_short(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool, max_chars: int) -> Encoded | None:
-        """``encode`` of a call of at most ``max_chars`` characters that runs as one compiled call, its segments
-        read in place (``SubstringEncoder.encode_pairs``); None for any other call, which nothing was done for."""
-        if not self.fuses or (type(segments) is not list and type(segments) is not tuple):
-            return None
-        ids = self.stages.encode_pairs(tuple(segments), max_chars, self.max_fused_bytes(), tiktoken_safe)
+        """``encode`` of a call of at most ``max_chars`` characters that runs as one compiled call
+        (``short_call_ids``); None for any other call, which nothing was done for."""
+        ids = self.short_call_ids(segments, tiktoken_safe, max_chars, self.max_fused_bytes())
         if ids is None:
             return None
         return Encoded(ids if want_ids else None, len(ids))
+
+    def short_call_ids(self, segments: Sequence, tiktoken_safe: bool, max_chars: int,
+                       max_bytes: int) -> np.ndarray | None:
+        """The ids of a call of at most ``max_chars`` characters and less than ``max_bytes`` of UTF-8 that runs as
+        one compiled call, its segments read in place (``SubstringEncoder.encode_pairs``); None for any other
+        call, which nothing was done for."""
+        if not self.fuses or (type(segments) is not list and type(segments) is not tuple):
+            return None
+        return self.stages.encode_pairs(tuple(segments), max_chars, max_bytes, tiktoken_safe)
+
+    def short_call_limits(self) -> tuple[int, int]:
+        """``(max_chars, max_bytes)`` of the calls ``encode`` tries as short calls (``short_call_ids``)."""
+        return self.policy.max_joined_call_chars, self.max_fused_bytes()
 
     def encode_with_bounds(self, segments: Sequence, tiktoken_safe: bool, n_jobs: int | None = None,
                            validated: bool = False) -> tuple[np.ndarray, np.ndarray]:

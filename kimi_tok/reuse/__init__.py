@@ -39,14 +39,20 @@ class SegmentReuse:
         # a long agent-loop turn's output memory, reused once its caller lets go of it
         self.output_memory = OutputMemory(policy.min_reused_ids, policy.output_headroom)
 
-    def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True) -> Encoded:
+    def short_call_limits(self) -> tuple[int, int]:
+        """``Engine.short_call_limits`` for calls shorter than the segment cache's (``min_cached_call_chars``)."""
+        max_chars, max_bytes = self.engine.short_call_limits()
+        return min(max_chars, self.policy.min_cached_call_chars - 1), max_bytes
+
+    def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, joins: bool = True) -> Encoded:
         """The call's ids (or only their count), encoding only the segments the cache does not
-        hold, then caching them (calls under ``Policy.min_cached_call_chars`` go straight to the engine)."""
+        hold, then caching them (calls under ``Policy.min_cached_call_chars`` go straight to the engine).
+        ``joins`` False: the caller tried ``Engine.short_call_ids`` with ``short_call_limits`` already."""
         # shorter calls skip the segment cache and encoding ahead: the engine validates them, and they cost
         # what they cost without a cache (docs/performance.md, "Where kimi_tok's time goes")
         policy = self.policy
-        short = self.engine.encode_short(segments, tiktoken_safe, want_ids,
-                                         min(policy.max_joined_call_chars, policy.min_cached_call_chars - 1))
+        short = self.engine.encode_short(segments, tiktoken_safe, want_ids, self.short_call_limits()[0]) if joins \
+            else None
         if short is not None:
             return short
         chars = count_chars(segments)

@@ -178,6 +178,43 @@ def test_short_calls_take_the_in_place_path(tok):
     assert [ids is not None for ids in results] == [True, False]
 
 
+@pytest.mark.parametrize("cache_bytes", [0, None])
+def test_a_short_call_goes_from_the_facade_to_its_compiled_call(cache_bytes, ref):
+    """``encode_segments`` hands a short call with plain bool flags straight to ``Engine.short_call_ids`` with the
+    limits its path would use (with the segment cache on: below ``min_cached_call_chars``); other flag types,
+    offsets and longer calls take the full path. The ids are the reference's either way."""
+    kwargs = {} if cache_bytes is None else {"segment_cache_bytes": cache_bytes}
+    tok = kimi_tok.kimi_k3(n_jobs=1, **kwargs)
+    engine, reuse = tok._compiled()
+    limits = (engine if reuse is None else reuse).short_call_limits()
+    assert limits[0] == (tok.policy.max_joined_call_chars if reuse is None else
+                         min(tok.policy.max_joined_call_chars, tok.policy.min_cached_call_chars - 1))
+    taken, run = [], tok._run
+    short_call_ids = engine.short_call_ids
+    engine.short_call_ids = lambda *args: taken.append(("short", args[2:])) or short_call_ids(*args)
+    tok._run = lambda *args, **kw: taken.append(("run",)) or run(*args, **kw)
+    try:
+        segments = [("<|open|>", True), ("héllo wörld 数字", False)]
+        want = ref.encode_segments(segments)
+        assert tok.encode_segments(segments).ids == want
+        assert tok.encode_segments(tuple(segments), tiktoken_safe=False).ids == want
+        assert taken == [("short", limits)] * 2
+        taken.clear()
+        assert tok.encode_segments(segments, tiktoken_safe=np.True_).ids == want
+        assert tok.encode_segments(segments, add_special_tokens=np.False_).ids == want
+        assert tok.encode_segments(segments, return_offsets=True).ids == want
+        assert [step[0] for step in taken] == ["run", "short", "run", "short", "run", "short"]
+        taken.clear()
+        long_segments = [("x" * (limits[0] // 2 + 1), False)] * 2  # over the limit: declined, then the full path
+        assert tok.encode_segments(long_segments).ids == ref.encode_segments(long_segments)
+        assert taken[0] == ("short", limits) and ("run",) in taken
+        with pytest.raises(TypeError, match="tiktoken_safe"):
+            tok.encode_segments(segments, tiktoken_safe=1)
+    finally:
+        del engine.short_call_ids
+        del tok._run
+
+
 def _boundary_text(rng: random.Random) -> str:
     """Pieces that a segment boundary cuts: specials, spaces, newlines, contractions, digits, CJK, emoji."""
     parts = ["<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", " ", "  ", "\n", "\r\n", "\n\n", "'s", "'ll",
