@@ -61,6 +61,40 @@ def test_pool_keeps_a_bounded_number_of_caches_under_many_threads(ref):
     assert len(tok.engine.stages.piece_caches.kept()) <= 3
 
 
+def test_pool_never_lends_one_cache_to_two_callers_at_once():
+    """The free list has no lock (its ``pop`` and ``append`` are atomic): 16 threads taking and giving back
+    20,000 times each, with the interpreter switching threads every few microseconds, never hold one cache
+    together, and at most ``keep`` caches are kept at the end."""
+    import sys
+    import threading
+
+    made = []
+    pool = bpe.PieceCachePool(lambda: made.append(object()) or made[-1], keep=3)
+    holders: dict[int, int] = {}
+    shared = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def work(me: int) -> None:
+        for _ in range(20_000):
+            cache, bundle = pool.take()
+            if holders.setdefault(id(cache), me) != me:
+                shared.append(id(cache))
+            del holders[id(cache)]
+            pool.give_back(cache, bundle, may_grow=False)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(16)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert shared == []
+    assert 1 <= len(pool.kept()) <= 3 and len({id(cache) for cache in pool.kept()}) == len(pool.kept())
+
+
 def test_a_cache_grows_as_calls_fill_it_and_stays_exact(ref):
     """A cache a call filled (or made start over) grows before the next call (its entries moved over):
     new text keeps finding the words seen before, and the ids stay the reference's."""
