@@ -19,8 +19,8 @@ import os
 
 import numpy as np
 
-from ..native.cpython import LAYOUT, PAIRS_READ, read_text_pairs
 from ..native import jit
+from ..native.cpython import LAYOUT, PAIRS_READ, read_text_pairs
 from ..native.jit import DeferredModule, kernel
 from . import bpe
 from .chunking import cut_chunks, cut_substrings
@@ -170,7 +170,7 @@ class SubstringEncoder:
             if chars is None or chars > max_chars:
                 return None
             cache, short_call = self.piece_caches.take()
-        if short_call is None:  # the cache's first short call (or first since it grew): the dispatcher's
+        if short_call is None:  # the cache's first short call (or first since it grew): through the dispatcher
             bundle = bundle_stages(self.tables, self.specials, self.pretokenizer.scan_table, code_point_flags(), cache)
             short_call = (bundle, encode_pairs_bundled)
         bundle, encode = short_call
