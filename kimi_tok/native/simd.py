@@ -2,7 +2,7 @@
 
 numba vectorizes plain loops, but a scanner needs per-byte classes as bits (bit ``k`` for byte
 ``at + k``) to find piece boundaries with word operations instead of a branch per byte. ``ascii_classes``
-(with ``latin1_letter_classes``, ``hangul_classes`` and ``han_classes`` for letters beyond ASCII) emit LLVM vector
+(with ``latin1_classes``, ``hangul_classes`` and ``han_classes`` for letters beyond ASCII) emit LLVM vector
 compares on one unaligned 64-byte load; LLVM lowers them to the machine's vector instructions
 (AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
 """
@@ -83,24 +83,35 @@ def ascii_classes(typingctx, buf, at):
 LATIN1_LEAD = 0xC3  # the first byte of U+00C0-U+00FF, whose second bytes are 0x80-0xBF
 MULTIPLY, DIVIDE = 0x97, 0xB7  # second bytes of U+00D7 and U+00F7 (symbols among the letters)
 UPPER_TAIL, LOWER_TAIL = (0x80, 0x1F), (0x9F, 0x21)  # (first, count): U+00C0-U+00DE, U+00DF-U+00FF
+LATIN1_SYMBOL_LEAD = 0xC2  # the first byte of U+0080-U+00BF
+# second bytes of the symbols among U+00A1-U+00BF (neither letters, numbers nor White_Space), (first, count):
+# U+00A1-U+00A9, U+00AB-U+00B1 (the guillemets, the soft hyphen), U+00B4, U+00B6-U+00B8, U+00BB, U+00BF; not
+# U+00A0 (a space), U+00AA, U+00B5, U+00BA (letters), U+00B2, U+00B3, U+00B9, U+00BC-U+00BE (numbers)
+LATIN1_SYMBOL_TAILS = ((0xA1, 9), (0xAB, 7), (0xB4, 1), (0xB6, 3), (0xBB, 1), (0xBF, 1))
 
 
 @intrinsic
-def latin1_letter_classes(typingctx, buf, at):
-    """Three ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, for the letters U+00C0-U+00FF
-    (``C3 80``-``C3 BF`` in UTF-8; not U+00D7 and U+00F7, which are symbols): bytes ``0xC3``, the
-    second bytes of uppercase letters (``80``-``9E``) and those of lowercase ones (``9F``-``BF``).
-    A second byte counts only where a ``0xC3`` is right before it; the caller checks that."""
+def latin1_classes(typingctx, buf, at):
+    """Five ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, for the letters U+00C0-U+00FF
+    (``C3 80``-``C3 BF`` in UTF-8; not U+00D7 and U+00F7, which are symbols) and the symbols among
+    U+00A1-U+00BF (``C2 A1``-``C2 BF``, ``LATIN1_SYMBOL_TAILS``): bytes ``0xC3``, the second bytes of
+    uppercase letters (``80``-``9E``) and those of lowercase ones (``9F``-``BF``), bytes ``0xC2`` and
+    the second bytes of those symbols. A second byte counts only where its first byte is right
+    before it; the caller checks that."""
 
     def masks_of(builder, v):
         def not_equal(byte: int):
             return builder.icmp_unsigned("!=", v, _splat(byte))
 
+        symbol_tail = _in_range(builder, v, *LATIN1_SYMBOL_TAILS[0])
+        for first, count in LATIN1_SYMBOL_TAILS[1:]:
+            symbol_tail = builder.or_(symbol_tail, _in_range(builder, v, first, count))
         return [builder.icmp_unsigned("==", v, _splat(LATIN1_LEAD)),
                 builder.and_(_in_range(builder, v, *UPPER_TAIL), not_equal(MULTIPLY)),
-                builder.and_(_in_range(builder, v, *LOWER_TAIL), not_equal(DIVIDE))]
+                builder.and_(_in_range(builder, v, *LOWER_TAIL), not_equal(DIVIDE)),
+                builder.icmp_unsigned("==", v, _splat(LATIN1_SYMBOL_LEAD)), symbol_tail]
 
-    return _block_masks(buf, at, 3, masks_of)
+    return _block_masks(buf, at, 5, masks_of)
 
 
 HANGUL_LEADS = (0xEB, 2)  # (first, count): EB and EC start U+B000-U+CFFF, all Hangul syllables

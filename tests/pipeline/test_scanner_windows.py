@@ -5,9 +5,10 @@ Windows run only inside text runs longer than 67 bytes, so these texts are long:
 ASCII sequence (contractions, digit runs, whitespace runs with and without newlines, symbol runs,
 prefixes, case changes) placed at every offset of a window, plus hypothesis-generated ASCII texts,
 with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state. Windows
-also take the two-byte letters U+00C0-U+00FF, the Hangul syllables and the Han ideographs: each of those
-letters, the syllables and ideographs at the ends of their ranges, and the code points around them that
-windows leave to the byte-wise path, in every context at the window's edges.
+also take the two-byte letters U+00C0-U+00FF and symbols among U+00A1-U+00BF, the Hangul syllables and the
+Han ideographs: each of those letters and symbols, the syllables and ideographs at the ends of their ranges,
+and the code points around them that windows leave to the byte-wise path, in every context at the window's
+edges.
 """
 
 from __future__ import annotations
@@ -99,10 +100,10 @@ def test_random_text_with_some_non_ascii(text):
     _check(text)
 
 
-# U+00C0-U+00FF (windows take them, but for the symbols U+00D7 and U+00F7), Hangul syllables (windows take
-# U+AC00-U+D77F) and neighbours they do not take
-LATIN1 = [chr(c) for c in range(0xC0, 0x100)] + ["\u00aa", "\u00b5", "\u00ba", "\u00a0", "\u00ab", "\u00bb",
-                                                 "\u00bf", "\u0100", "\u017f", "\u0080"]
+# U+0080-U+00FF (windows take the letters U+00C0-U+00FF but U+00D7 and U+00F7, and the symbols among U+00A1-U+00BF,
+# the guillemets among them; not the C1 controls, U+00A0, the letters and the numbers below U+00C0), Hangul
+# syllables (windows take U+AC00-U+D77F) and neighbours they do not take
+LATIN1 = [chr(c) for c in range(0x80, 0x100)] + ["\u0100", "\u017f", "\u00bb%s\u00ab", "\u00ab\u00a0x\u00a0\u00bb"]
 HANGUL = ["\uac00", "\uafff", "\ub000", "\ucfff", "\ud000", "\ud77f", "\ud780", "\ud7a3", "\ud7a4", "\uabff",
           "\u3131", "\u1100", "\ud55c\uad6d\uc5b4", "\uac00\u00e9"]
 # Han ideographs (windows take U+3400-U+4DBF and U+4E00-U+9FFF) and neighbours they do not take: the Yijing
@@ -114,7 +115,8 @@ HAN = ["\u3400", "\u3fff", "\u4000", "\u4dbf", "\u4dc0", "\u4dff", "\u4e00", "\u
 OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
                           "\u00c4{}\u00df", "{} {}", "{}  {}", "'{}", "{}B", "{}Bc", "{}BC.", "{}\u00c4b", "{}\u00c4 ",
-                          "AB{}c", "{}\uac00B", "  {}", "x  {}y", "{}  \n", "{}\n  \nx", "{}\n \n  y", "{} \n \n", "\n  {}\nx", "x\n {}\n "]
+                          "AB{}c", "{}\uac00B", "{}Wort", ".{}x", "{}.x", "x{}{}y", " {}{}", "  {}", "{}\u00bbx",
+                          "x  {}y", "{}  \n", "{}\n  \nx", "{}\n \n  y", "{} \n \n", "\n  {}\nx", "x\n {}\n "]
 
 
 @pytest.mark.parametrize("letter", LATIN1 + HANGUL + HAN + OTHER)
@@ -128,8 +130,8 @@ def test_every_window_letter_in_every_context_at_the_window_edges(letter):
 
 window_letter_atoms = st.one_of(
     ascii_atoms, ascii_atoms, st.sampled_from(LATIN1 + HANGUL + HAN + OTHER),
-    st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", "\u00e9's", "x\u00d7y", "\u00f7", "\ud55c\uad6dX",
-                     "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
+    st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", " \u00bb%s\u00ab ", "\u00bbWort\u00ab", "\u00a7 3", "\u00e9's",
+                     "x\u00d7y", "\u00f7", "\ud55c\uad6dX", "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
     st.characters(min_codepoint=0x80, max_codepoint=0x24F), st.characters(min_codepoint=0xAC00, max_codepoint=0xD7FF),
     st.characters(min_codepoint=0x3300, max_codepoint=0xA0FF))
 

@@ -24,8 +24,8 @@ import numpy as np
 from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
 from ...native.simd import (BLOCK_BYTES, HAN_FIRST_LEAD, HAN_LAST_LEAD, HANGUL_FIRST_LEAD, HANGUL_LAST_LEAD,
-                            LATIN1_LEAD, ascii_classes, han_classes, hangul_classes, highest_set_bit,
-                            latin1_letter_classes, lowest_set_bit)
+                            LATIN1_LEAD, LATIN1_SYMBOL_LEAD, ascii_classes, han_classes, hangul_classes,
+                            highest_set_bit, latin1_classes, lowest_set_bit)
 from ...native.utf8 import ASCII_END, code_point_at, sequence_length
 from ...vocab.kimi_k3 import KIMI_PATTERN
 from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE, code_point_flags
@@ -353,7 +353,9 @@ def count_text_bytes(run_start, run_end, run_special):
 # already decides, so a character cut there does not matter). The letters U+00C0-U+00FF but U+00D7 and
 # U+00F7 (``C3 xx``: German, French, Spanish, ...) take part as two letter bytes of their case: the rules
 # below depend on the classes of the letters in a run, never on how many there are, and no piece starts
-# at a letter's second byte (a letter after a letter of the same case). Hangul syllables (three bytes,
+# at a letter's second byte (a letter after a letter of the same case). The symbols among U+00A1-U+00BF
+# (``C2 xx``: guillemets, section sign, ...) take part as two symbol bytes; a prefix of one such character
+# ends at its second byte, the byte before the letter it goes with. Hangul syllables (three bytes,
 # ``hangul_classes``) are letters of both cases (Lo): they take part as lowercase ones, which gives the
 # same pieces unless an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in
 # ``한B`` it starts one: a look ahead), so the window's starts end before such a letter. The Han ideographs
@@ -457,24 +459,26 @@ def _window_starts(buf, base):
     white = blank | newline
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
-    ideograph = han = unclassed = np.uint64(0)
-    if high != 0:  # Latin-1 letters, Hangul syllables and Han ideographs are classed here; others end the window
+    ideograph = han = unclassed = latin1_symbol = np.uint64(0)
+    if high != 0:  # Latin-1 letters and symbols, Hangul syllables, Han ideographs are classed; others end it
         if (high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)) != 0:
             lead = buf[index(base + lowest_set_bit(high & ~LOW_THREE_BITS))]
-            if lead != LATIN1_LEAD and (lead < HANGUL_FIRST_LEAD or lead > HANGUL_LAST_LEAD) and (
-                    lead < HAN_FIRST_LEAD or lead > HAN_LAST_LEAD):
+            if (lead != LATIN1_LEAD and lead != LATIN1_SYMBOL_LEAD and (lead < HANGUL_FIRST_LEAD
+                                                                          or lead > HANGUL_LAST_LEAD)
+                    and (lead < HAN_FIRST_LEAD or lead > HAN_LAST_LEAD)):
                 return np.uint64(0), -1, 0  # no start could be final (kana, Thai, Cyrillic, ...)
-        lead, upper_tail, lower_tail = latin1_letter_classes(buf, base)
+        lead, upper_tail, lower_tail, symbol_lead, symbol_tail = latin1_classes(buf, base)
         upper_tail &= lead << one
         lower_tail &= lead << one
         upper |= upper_tail | (upper_tail >> one)
         lower |= lower_tail | (lower_tail >> one)
+        latin1_symbol = symbol_tail & (symbol_lead << one)  # second bytes; the symbol mask below takes both
         syllable = hangul_syllables(buf, base)
         lower |= syllable | (syllable << one) | (syllable << np.uint64(2))
         ideograph = han_ideographs(buf, base)
         han = ideograph | (ideograph << one) | (ideograph << np.uint64(2))
         # bytes of other characters, or of ones the window's end cuts: a start needs the byte after it
-        unclassed = high & ~(upper | lower | han) & ~LOW_THREE_BITS
+        unclassed = high & ~(upper | lower | han | latin1_symbol | (latin1_symbol >> one)) & ~LOW_THREE_BITS
         if unclassed != 0:
             unclassed_at = lowest_set_bit(unclassed)
             limit = unclassed_at - 2
@@ -499,7 +503,9 @@ def _window_starts(buf, base):
         inside, after = _contractions(buf, base, candidates)
     symbol_start = symbol & ~(symbol << one) & ~(space << one)
     prefix_start = blank | ((symbol_start | after | FOURTH_BIT) & symbol)
-    letter_start = letter & ((upper & (lower << one)) | (~(letter << one) & ~(prefix_start << one)))
+    # a letter right after a prefix of one character goes with it: a two-byte symbol's prefix ends at its second byte
+    prefix_last = (prefix_start & ~(latin1_symbol >> one)) | ((prefix_start << one) & latin1_symbol)
+    letter_start = letter & ((upper & (lower << one)) | (~(letter << one) & ~(prefix_last << one)))
     digit_start = (digit & ~(digit << one)) | (digit & FOURTH_BIT)
     digit_start &= ~LOW_THREE_BITS
     group = digit_start
@@ -541,8 +547,9 @@ def _scan_text_run(buf, start, end, table, piece_end, n_pieces):
             if limit >= WINDOW_FIRST_BIT:
                 if unclassed_at == BLOCK_BYTES:
                     skip = BLOCK_BYTES
-                else:  # the next window starts past the character this one could not class
-                    next_window = base + unclassed_at + 1
+                elif unclassed_at + sequence_length(buf[index(base + unclassed_at)]) <= BLOCK_BYTES:
+                    next_window = base + unclassed_at + 1  # past a character windows do not class
+                # else a character the window's end cuts: the next window, from this one's last start, holds it
                 starts &= (_bit(limit + 1) - np.uint64(1))
                 if starts != 0:
                     while starts != 0:
