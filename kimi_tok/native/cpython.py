@@ -6,7 +6,8 @@ that changed) ``LAYOUT`` is None, ``str_characters`` answers None, and callers t
 
 * ``str_characters``: a str that is not ASCII as a NumPy array over its own storage, which
   ``pipeline.segments.utf8_of`` encodes in compiled code (docs/performance.md, "Packing from the str's own
-  characters").
+  characters"); ``ascii_bytes``: an ASCII str's storage, which is its UTF-8, as a read-only array that
+  ``utf8_of`` hands over without a copy.
 * ``read_text_pairs`` (compiled): a tuple of ``(str, bool)`` pairs, checked and encoded to UTF-8 in one
   pass: a short call's segments without a Python step or a bytes object per segment (docs/performance.md,
   "Short calls read in compiled code").
@@ -91,6 +92,22 @@ def str_characters(text: str) -> np.ndarray | None:
         return None
     storage = (ctypes.c_char * (len(text) * width)).from_address(id(text) + WIDE_HEADER)
     return np.frombuffer(storage, dtype=UNIT_TYPES[width])
+
+
+def ascii_bytes(text: str) -> np.ndarray | None:
+    """An ASCII str's characters, which are its UTF-8, as a read-only ``uint8`` array over CPython's own storage
+    (no copy; the array keeps ``text`` alive, as ``str.encode``'s bytes would keep themselves), or None for a str
+    that is not compact ASCII or a Python whose layout was not recognised."""
+    if LAYOUT is None:
+        return None
+    state = ctypes.c_uint8.from_address(id(text) + STATE_OFFSET).value
+    if state & (COMPACT | ASCII) != COMPACT | ASCII:
+        return None
+    storage = (ctypes.c_char * len(text)).from_address(id(text) + ASCII_HEADER)
+    storage.text = text  # the array's base holds the str: the storage lives as long as the array
+    view = np.frombuffer(storage, dtype=np.uint8)
+    view.flags.writeable = False  # a str never changes; the kernels take it as they take bytes
+    return view
 
 
 @leaf

@@ -1,9 +1,11 @@
 """Packing long texts: a long str of 2- or 4-byte characters is UTF-8 encoded by a compiled loop reading the str's
-own storage (segments.utf8_of, native.utf8.utf8_of_code_points); the bytes are always str.encode's."""
+own storage (segments.utf8_of, native.utf8.utf8_of_code_points), a long ASCII str's storage is handed over as it is
+(native.cpython.ascii_bytes); the bytes are always str.encode's."""
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import random
 import sys
 
@@ -12,7 +14,7 @@ import pytest
 
 import kimi_tok
 from kimi_tok.native.utf8 import utf8_of_code_points
-from kimi_tok.native.cpython import str_characters
+from kimi_tok.native.cpython import ASCII_HEADER, ascii_bytes, str_characters
 from kimi_tok.pipeline.segments import TRANSCODED_MIN_CHARS, utf8_of
 from tests.parity import assert_parity
 
@@ -21,7 +23,8 @@ HEAD = 4096  # an ASCII head longer than many blocks
 
 
 def _transcoded(text: str) -> bool:
-    """Whether ``utf8_of`` took the compiled loop (it returns an array then), after checking its bytes."""
+    """Whether ``utf8_of`` returned an array (the compiled loop's output, or a long ASCII str's own storage), after
+    checking its bytes."""
     got = utf8_of(text)
     assert bytes(got) == text.encode("utf-8")
     return isinstance(got, np.ndarray)
@@ -123,10 +126,27 @@ def test_texts_that_are_mostly_not_ascii_give_reference_ids(ref):
 
 def test_other_texts_take_str_encode():
     assert not _transcoded("x" * (LONG - 2) + "\u0436")  # short
-    assert not _transcoded("x" * LONG)  # ASCII: str.encode copies it
+    assert _transcoded("x" * LONG)  # ASCII: the str's own storage (test_a_long_ascii_str_is_handed_over_in_place)
     assert _transcoded("x" * LONG + "\xe9")  # one byte per character, not all ASCII
     assert _transcoded("x" * LONG + "\u0436")
     assert _transcoded("x" * LONG + "\U0001f600")
+
+
+def test_a_long_ascii_str_is_handed_over_in_place(ref):
+    text = "".join(f"word{i} = {i * 7 % 1000}\n" for i in range(LONG // 8))  # made here: nothing else holds it
+    got = utf8_of(text)
+    assert got.__array_interface__["data"][0] == id(text) + ASCII_HEADER  # no copy
+    assert not got.flags.writeable  # a str never changes
+    want = text.encode("utf-8")
+    del text
+    gc.collect()
+    assert bytes(got) == want  # the array keeps the str alive
+    assert ascii_bytes("x" * LONG + "\xe9") is None and ascii_bytes("") is not None
+    tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+    ascii_text = want.decode()
+    assert_parity(tok, ref, [(ascii_text, False)])  # one segment: the str's storage is the packed buffer
+    assert_parity(tok, ref, [("<|open|>", True), (ascii_text, True), ("x" * LONG + "\u0436", False),
+                             (ascii_text, False)])
 
 
 def test_lone_surrogates_raise_as_str_encode_does():
