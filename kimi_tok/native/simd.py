@@ -1,9 +1,10 @@
 """SIMD for compiled code: 64 bytes classified at once into bit masks.
 
 numba vectorizes plain loops, but a scanner needs per-byte classes as bits (bit ``k`` for byte
-``at + k``) to find piece boundaries with word operations instead of a branch per byte. ``ascii_classes``
-(with ``latin1_classes``, ``hangul_classes`` and ``han_classes`` for letters beyond ASCII) emit LLVM vector
-compares on one unaligned 64-byte load; LLVM lowers them to the machine's vector instructions
+``at + k``) to find piece boundaries with word operations instead of a branch per byte.
+``ascii_classes`` (with ``latin1_classes``, ``punctuation_classes``, ``hangul_classes`` and
+``han_classes`` for characters beyond ASCII) emit LLVM vector compares on one unaligned 64-byte
+load; LLVM lowers them to the machine's vector instructions
 (AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
 """
 
@@ -112,6 +113,20 @@ def latin1_classes(typingctx, buf, at):
                 builder.icmp_unsigned("==", v, _splat(LATIN1_SYMBOL_LEAD)), symbol_tail]
 
     return _block_masks(buf, at, 5, masks_of)
+
+
+PUNCTUATION_LEAD, PUNCTUATION_SECOND = 0xE2, 0x80  # U+2000-U+203F
+PUNCTUATION_THIRD = (0x90, 0x18)  # (first, count): U+2010-U+2027, dashes, quotation marks, bullets, the ellipsis
+
+
+@intrinsic
+def punctuation_classes(typingctx, buf, at):
+    """Three ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, from which the caller finds the symbols
+    U+2010-U+2027 (``E2 80 90``-``E2 80 A7``: neither letters, numbers nor White_Space; U+2028 and U+2029 are
+    White_Space): bytes ``E2``, ``80`` and ``90``-``A7``."""
+    return _block_masks(buf, at, 3, lambda builder, v: [
+        builder.icmp_unsigned("==", v, _splat(PUNCTUATION_LEAD)),
+        builder.icmp_unsigned("==", v, _splat(PUNCTUATION_SECOND)), _in_range(builder, v, *PUNCTUATION_THIRD)])
 
 
 HANGUL_LEADS = (0xEB, 2)  # (first, count): EB and EC start U+B000-U+CFFF, all Hangul syllables

@@ -5,10 +5,10 @@ Windows run only inside text runs longer than 67 bytes, so these texts are long:
 ASCII sequence (contractions, digit runs, whitespace runs with and without newlines, symbol runs,
 prefixes, case changes) placed at every offset of a window, plus hypothesis-generated ASCII texts,
 with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state. Windows
-also take the two-byte letters U+00C0-U+00FF and symbols among U+00A1-U+00BF, the Hangul syllables and the
-Han ideographs: each of those letters and symbols, the syllables and ideographs at the ends of their ranges,
-and the code points around them that windows leave to the byte-wise path, in every context at the window's
-edges.
+also take the two-byte letters U+00C0-U+00FF and symbols among U+00A1-U+00BF, the symbols U+2010-U+2027,
+the Hangul syllables and the Han ideographs: each of those letters and symbols, the syllables and
+ideographs at the ends of their ranges, and the code points around them that windows leave to the
+byte-wise path, in every context at the window's edges.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ import kimi_tok
 from kimi_tok import KIMI_PATTERN
 from kimi_tok.pipeline.pretokenize import RegexPreTokenizer
 from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
-from kimi_tok.pipeline.pretokenize.unicode_classes import code_point_flags
+from kimi_tok.native.simd import LATIN1_SYMBOL_TAILS, PUNCTUATION_THIRD
+from kimi_tok.pipeline.pretokenize.unicode_classes import (HAN as HAN_FLAG, LETTER, LOWERISH, NUMBER, UPPERISH,
+                                                            WHITESPACE, code_point_flags)
 from tests.api.test_properties import SETTINGS
 from tests.parity import assert_parity
 
@@ -111,6 +113,10 @@ HANGUL = ["\uac00", "\uafff", "\ub000", "\ucfff", "\ud000", "\ud77f", "\ud780", 
 HAN = ["\u3400", "\u3fff", "\u4000", "\u4dbf", "\u4dc0", "\u4dff", "\u4e00", "\u4e2d", "\u9fff", "\ua000", "\u33ff",
        "\u3005", "\u3007", "\u3042", "\u30fc", "\u3002", "\uff0c", "\uf900", "\u2f00", "\U00020000",
        "\u4e2d\u6587", "\u4e2d\u3042", "\u4e2d\u3002", "\u4e2d\uac00", "\u4e2d\u00e9", "\u4e2d\u0301"]
+# U+2010-U+2027 (windows take them as symbols) and the general punctuation around them that they do not take
+PUNCTUATION = [chr(c) for c in range(0x2000, 0x2030)] + ["\u205f", "\u2070", "\u2071", "\u2116", "\u2160",
+                                                          "\u20ac", "\u201e\u201c", "\u2019s", "\u2014\u2014",
+                                                          "\u00bb\u2026"]
 # characters that end what a window decides: whitespace, a mark, a number, Thai, an emoji
 OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
@@ -119,7 +125,7 @@ WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b
                           "x  {}y", "{}  \n", "{}\n  \nx", "{}\n \n  y", "{} \n \n", "\n  {}\nx", "x\n {}\n "]
 
 
-@pytest.mark.parametrize("letter", LATIN1 + HANGUL + HAN + OTHER)
+@pytest.mark.parametrize("letter", LATIN1 + PUNCTUATION + HANGUL + HAN + OTHER)
 def test_every_window_letter_in_every_context_at_the_window_edges(letter):
     for context in WINDOW_LETTER_CONTEXTS:
         piece = context.replace("{}", letter)
@@ -129,9 +135,10 @@ def test_every_window_letter_in_every_context_at_the_window_edges(letter):
 
 
 window_letter_atoms = st.one_of(
-    ascii_atoms, ascii_atoms, st.sampled_from(LATIN1 + HANGUL + HAN + OTHER),
-    st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", " \u00bb%s\u00ab ", "\u00bbWort\u00ab", "\u00a7 3", "\u00e9's",
-                     "x\u00d7y", "\u00f7", "\ud55c\uad6dX", "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
+    ascii_atoms, ascii_atoms, st.sampled_from(LATIN1 + PUNCTUATION + HANGUL + HAN + OTHER),
+    st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", " \u00bb%s\u00ab ", "\u00bbWort\u00ab", "\u00a7 3",
+                     "\u201eWort\u201c", "l\u2019homme", "x \u2013 y", "\u2026\n", "\u00e9's", "x\u00d7y", "\u00f7",
+                     "\ud55c\uad6dX", "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
     st.characters(min_codepoint=0x80, max_codepoint=0x24F), st.characters(min_codepoint=0xAC00, max_codepoint=0xD7FF),
     st.characters(min_codepoint=0x3300, max_codepoint=0xA0FF))
 
@@ -150,8 +157,22 @@ def test_long_random_texts_of_every_window_class(seed):
     """Long texts of random atoms (tricky ASCII, every letter windows take, their neighbours, whitespace with
     newlines): windows start after every kind of character, in every state."""
     rng = random.Random(seed)
-    atoms = TRICKY + LATIN1 + HANGUL + HAN + OTHER + WHITESPACE_MIXES * 4 + ["word", "Word", " the", "123"] * 8
+    atoms = (TRICKY + LATIN1 + PUNCTUATION + HANGUL + HAN + OTHER + WHITESPACE_MIXES * 4
+             + ["word", "Word", " the", "123"] * 8)
     _check("".join(rng.choice(atoms) for _ in range(20_000)))
+
+
+def test_the_symbols_windows_class_are_neither_letters_numbers_nor_whitespace():
+    """The byte ranges of ``native.simd`` against the flag table the byte-wise path reads: every character windows
+    take as a symbol is one for the pattern, and among U+00A1-U+00BF they take every symbol."""
+    not_symbol = LETTER | UPPERISH | LOWERISH | NUMBER | WHITESPACE | HAN_FLAG
+    tails = {first + k for first, count in LATIN1_SYMBOL_TAILS for k in range(count)}
+    for cp in range(0x80, 0xC0):  # C2 xx
+        assert (FLAGS[cp] & not_symbol == 0 and cp >= 0xA1) == (0x80 | (cp & 0x3F) in tails), hex(cp)
+    first, count = PUNCTUATION_THIRD
+    for cp in range(0x2000, 0x2040):  # E2 80 xx
+        if first <= 0x80 | (cp & 0x3F) < first + count:
+            assert FLAGS[cp] & not_symbol == 0, hex(cp)
 
 
 @pytest.fixture(scope="module")

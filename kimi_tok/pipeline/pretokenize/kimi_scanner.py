@@ -24,8 +24,8 @@ import numpy as np
 from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
 from ...native.simd import (BLOCK_BYTES, HAN_FIRST_LEAD, HAN_LAST_LEAD, HANGUL_FIRST_LEAD, HANGUL_LAST_LEAD,
-                            LATIN1_LEAD, LATIN1_SYMBOL_LEAD, ascii_classes, han_classes, hangul_classes,
-                            highest_set_bit, latin1_classes, lowest_set_bit)
+                            LATIN1_LEAD, LATIN1_SYMBOL_LEAD, PUNCTUATION_LEAD, ascii_classes, han_classes,
+                            hangul_classes, highest_set_bit, latin1_classes, lowest_set_bit, punctuation_classes)
 from ...native.utf8 import ASCII_END, code_point_at, sequence_length
 from ...vocab.kimi_k3 import KIMI_PATTERN
 from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE, code_point_flags
@@ -354,8 +354,9 @@ def count_text_bytes(run_start, run_end, run_special):
 # U+00F7 (``C3 xx``: German, French, Spanish, ...) take part as two letter bytes of their case: the rules
 # below depend on the classes of the letters in a run, never on how many there are, and no piece starts
 # at a letter's second byte (a letter after a letter of the same case). The symbols among U+00A1-U+00BF
-# (``C2 xx``: guillemets, section sign, ...) take part as two symbol bytes; a prefix of one such character
-# ends at its second byte, the byte before the letter it goes with. Hangul syllables (three bytes,
+# (``C2 xx``: guillemets, section sign, ...) and U+2010-U+2027 (``E2 80 xx``: dashes, quotation marks, the
+# ellipsis) take part as symbol bytes; a prefix of one such character ends at its last byte, the byte before
+# the letter it goes with. Hangul syllables (three bytes,
 # ``hangul_classes``) are letters of both cases (Lo): they take part as lowercase ones, which gives the
 # same pieces unless an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in
 # ``한B`` it starts one: a look ahead), so the window's starts end before such a letter. The Han ideographs
@@ -459,12 +460,12 @@ def _window_starts(buf, base):
     white = blank | newline
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
-    ideograph = han = unclassed = latin1_symbol = np.uint64(0)
-    if high != 0:  # Latin-1 letters and symbols, Hangul syllables, Han ideographs are classed; others end it
+    ideograph = han = unclassed = latin1_symbol = punctuation = np.uint64(0)
+    if high != 0:  # Latin-1 letters and symbols, U+2010-U+2027, Hangul, Han ideographs are classed; others end it
         if (high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)) != 0:
             lead = buf[index(base + lowest_set_bit(high & ~LOW_THREE_BITS))]
-            if (lead != LATIN1_LEAD and lead != LATIN1_SYMBOL_LEAD and (lead < HANGUL_FIRST_LEAD
-                                                                          or lead > HANGUL_LAST_LEAD)
+            if (lead != LATIN1_LEAD and lead != LATIN1_SYMBOL_LEAD and lead != PUNCTUATION_LEAD
+                    and (lead < HANGUL_FIRST_LEAD or lead > HANGUL_LAST_LEAD)
                     and (lead < HAN_FIRST_LEAD or lead > HAN_LAST_LEAD)):
                 return np.uint64(0), -1, 0  # no start could be final (kana, Thai, Cyrillic, ...)
         lead, upper_tail, lower_tail, symbol_lead, symbol_tail = latin1_classes(buf, base)
@@ -473,12 +474,16 @@ def _window_starts(buf, base):
         upper |= upper_tail | (upper_tail >> one)
         lower |= lower_tail | (lower_tail >> one)
         latin1_symbol = symbol_tail & (symbol_lead << one)  # second bytes; the symbol mask below takes both
+        punct_lead, punct_second, punct_third = punctuation_classes(buf, base)
+        punctuation = punct_lead & (punct_second >> one) & (punct_third >> np.uint64(2))  # first bytes
         syllable = hangul_syllables(buf, base)
         lower |= syllable | (syllable << one) | (syllable << np.uint64(2))
         ideograph = han_ideographs(buf, base)
         han = ideograph | (ideograph << one) | (ideograph << np.uint64(2))
         # bytes of other characters, or of ones the window's end cuts: a start needs the byte after it
-        unclassed = high & ~(upper | lower | han | latin1_symbol | (latin1_symbol >> one)) & ~LOW_THREE_BITS
+        symbol_bytes = latin1_symbol | (latin1_symbol >> one) | punctuation | (punctuation << one) | (
+            punctuation << np.uint64(2))
+        unclassed = high & ~(upper | lower | han | symbol_bytes) & ~LOW_THREE_BITS
         if unclassed != 0:
             unclassed_at = lowest_set_bit(unclassed)
             limit = unclassed_at - 2
@@ -503,8 +508,9 @@ def _window_starts(buf, base):
         inside, after = _contractions(buf, base, candidates)
     symbol_start = symbol & ~(symbol << one) & ~(space << one)
     prefix_start = blank | ((symbol_start | after | FOURTH_BIT) & symbol)
-    # a letter right after a prefix of one character goes with it: a two-byte symbol's prefix ends at its second byte
-    prefix_last = (prefix_start & ~(latin1_symbol >> one)) | ((prefix_start << one) & latin1_symbol)
+    # a letter right after a prefix of one character goes with it: a prefix ends at its character's last byte
+    prefix_last = ((prefix_start & ~((latin1_symbol >> one) | punctuation)) | ((prefix_start << one) & latin1_symbol)
+                   | ((prefix_start & punctuation) << np.uint64(2)))
     letter_start = letter & ((upper & (lower << one)) | (~(letter << one) & ~(prefix_last << one)))
     digit_start = (digit & ~(digit << one)) | (digit & FOURTH_BIT)
     digit_start &= ~LOW_THREE_BITS
