@@ -80,7 +80,7 @@ def utf8_of(text: str) -> bytes | np.ndarray:
     if len(text) < TRANSCODED_MIN_CHARS:
         return text.encode("utf-8")
     if text.isascii():
-        in_place = ascii_bytes(text)  # its bytes are its UTF-8: no copy (a 1 MB copy costs ~0.3 ms, page faults)
+        in_place = ascii_bytes(text)  # its bytes are its UTF-8: no copy (about 0.1 ms a MB)
         return text.encode("utf-8") if in_place is None else in_place
     units = str_characters(text)
     if units is None:
