@@ -68,8 +68,14 @@ def test_pool_never_lends_one_cache_to_two_callers_at_once():
     import sys
     import threading
 
-    made = []
-    pool = bpe.PieceCachePool(lambda: made.append(object()) or made[-1], keep=3)
+    made = []  # every cache ever made stays alive, so no two share an id
+
+    def make() -> object:
+        cache = object()  # returned as made: ``made[-1]`` could be another thread's by then
+        made.append(cache)
+        return cache
+
+    pool = bpe.PieceCachePool(make, keep=3)
     holders: dict[int, int] = {}
     shared = []
     interval = sys.getswitchinterval()
