@@ -2,9 +2,10 @@
 
 numba vectorizes plain loops, but a scanner needs per-byte classes as bits (bit ``k`` for byte
 ``at + k``) to find piece boundaries with word operations instead of a branch per byte.
-``ascii_classes`` (with ``latin1_classes``, ``punctuation_classes``, ``hangul_classes`` and
-``han_classes`` for characters beyond ASCII) emit LLVM vector compares on one unaligned 64-byte
-load; LLVM lowers them to the machine's vector instructions
+``ascii_classes`` (with ``latin1_classes``, ``punctuation_classes``, ``latin_extended_classes``,
+``greek_classes``, ``cyrillic_classes``, ``extended_additional_classes``, ``hangul_classes`` and
+``han_classes`` for characters beyond ASCII, and ``lead_groups`` to tell which of those a block needs)
+emit LLVM vector compares on one unaligned 64-byte load; LLVM lowers them to the machine's vector instructions
 (AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
 """
 
@@ -160,6 +161,124 @@ def han_classes(typingctx, buf, at):
         _in_range(builder, v, *HAN_LEADS), builder.icmp_unsigned("==", v, _splat(HAN_FIRST_LEAD)),
         builder.icmp_unsigned("==", v, _splat(HAN_FIRST_LEAD + 1)), _in_range(builder, v, *CONTINUATION),
         _in_range(builder, v, *HAN_E3_SECOND), builder.icmp_unsigned("==", v, _splat(HAN_E4_GAP))])
+
+
+UPPER, LOWER, EVEN, ODD = range(4)  # a letter range's case: upper, lower, or upper where the code point is even / odd
+# Letters beyond Latin-1 that windows class, as (lead byte, first second byte, count, case); a two-byte code point's
+# parity is its second byte's. Neither marks nor letters of both cases (Lm, Lo) are among them.
+# Latin Extended-A (U+0100-U+017E; not U+017F, long s, which (?i) folds to s), and from Latin Extended-B the
+# Vietnamese O and U with horn and the Romanian S and T with comma
+LATIN_EXTENDED_LETTERS = (
+    (0xC4, 0x80, 0x38, EVEN), (0xC4, 0xB8, 1, LOWER), (0xC4, 0xB9, 7, ODD), (0xC5, 0x80, 9, ODD),
+    (0xC5, 0x89, 1, LOWER), (0xC5, 0x8A, 0x2E, EVEN), (0xC5, 0xB8, 1, UPPER), (0xC5, 0xB9, 6, ODD),
+    (0xC6, 0xA0, 2, EVEN), (0xC6, 0xAF, 1, UPPER), (0xC6, 0xB0, 1, LOWER), (0xC8, 0x98, 4, EVEN),
+)
+GREEK_LETTERS = (  # U+0386-U+03CF
+    (0xCE, 0x86, 1, UPPER), (0xCE, 0x88, 3, UPPER), (0xCE, 0x8C, 1, UPPER), (0xCE, 0x8E, 2, UPPER),
+    (0xCE, 0x90, 1, LOWER), (0xCE, 0x91, 0x11, UPPER), (0xCE, 0xA3, 9, UPPER), (0xCE, 0xAC, 0x14, LOWER),
+    (0xCF, 0x80, 0xF, LOWER), (0xCF, 0x8F, 1, UPPER),
+)
+CYRILLIC_LETTERS = (  # U+0400-U+0481, U+048A-U+04FF
+    (0xD0, 0x80, 0x30, UPPER), (0xD0, 0xB0, 0x10, LOWER), (0xD1, 0x80, 0x20, LOWER), (0xD1, 0xA0, 0x20, EVEN),
+    (0xD2, 0x80, 2, EVEN), (0xD2, 0x8A, 0x36, EVEN), (0xD3, 0x80, 1, UPPER), (0xD3, 0x81, 0xE, ODD),
+    (0xD3, 0x8F, 1, LOWER), (0xD3, 0x90, 0x30, EVEN),
+)
+# Latin Extended Additional (U+1E00-U+1EFF, ``E1 B8 80``-``E1 BB BF``: Vietnamese), as (second byte, first third
+# byte, count, case); the code point's parity is its third byte's
+EXTENDED_ADDITIONAL_LEAD = 0xE1
+EXTENDED_ADDITIONAL_LETTERS = (
+    (0xB8, 0x80, 0x40, EVEN), (0xB9, 0x80, 0x40, EVEN), (0xBA, 0x80, 0x16, EVEN), (0xBA, 0x96, 8, LOWER),
+    (0xBA, 0x9E, 1, UPPER), (0xBA, 0x9F, 1, LOWER), (0xBA, 0xA0, 0x20, EVEN), (0xBB, 0x80, 0x40, EVEN),
+)
+# Lead bytes, as (first, count), of the characters each class intrinsic finds, in the order lead_groups gives them
+LEAD_GROUPS = (
+    (LATIN1_SYMBOL_LEAD, 2),  # latin1_classes: C2, C3
+    (PUNCTUATION_LEAD, 1),  # punctuation_classes
+    (HANGUL_FIRST_LEAD, HANGUL_LAST_LEAD - HANGUL_FIRST_LEAD + 1),  # hangul_classes
+    (HAN_FIRST_LEAD, HAN_LAST_LEAD - HAN_FIRST_LEAD + 1),  # han_classes
+    (0xC4, 5),  # latin_extended_classes: C4-C8
+    (0xCE, 2),  # greek_classes
+    (0xD0, 4),  # cyrillic_classes
+    (EXTENDED_ADDITIONAL_LEAD, 1),  # extended_additional_classes
+)
+N_LEAD_GROUPS = len(LEAD_GROUPS)
+
+
+@intrinsic
+def lead_groups(typingctx, buf, at):
+    """``N_LEAD_GROUPS`` ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``: the bytes of each range of
+    ``LEAD_GROUPS``, which tell which class intrinsics a window needs."""
+    return _block_masks(buf, at, N_LEAD_GROUPS, lambda builder, v: [
+        _in_range(builder, v, first, count) for first, count in LEAD_GROUPS])
+
+
+def _next_bytes(builder, v, n: int):
+    """The block shifted down by ``n`` lanes: lane ``k`` holds byte ``k + n`` (zero past the block)."""
+    lanes = ir.VectorType(ir.IntType(32), BLOCK_BYTES)
+    return builder.shuffle_vector(v, _splat(0), ir.Constant(lanes, [k + n for k in range(BLOCK_BYTES)]))
+
+
+def _either(builder, mask, other):
+    return other if mask is None else mask if other is None else builder.or_(mask, other)
+
+
+def _cased(builder, ranges, lead_of, tail):
+    """(upper, lower) lane masks of the letters ``ranges`` describes, at their first bytes: ``lead_of(lead)`` the
+    lanes whose letter starts with ``lead``, ``tail`` the byte that picks the letter (its parity the case)."""
+    leads = {}
+    upper = lower = None
+    odd = builder.icmp_unsigned("!=", builder.and_(tail, _splat(1)), _splat(0))
+    for lead, first, count, case in ranges:
+        if lead not in leads:
+            leads[lead] = lead_of(lead)
+        hit = builder.and_(leads[lead], _in_range(builder, tail, first, count))
+        if case == UPPER:
+            upper = _either(builder, upper, hit)
+        elif case == LOWER:
+            lower = _either(builder, lower, hit)
+        else:
+            even_hit, odd_hit = builder.and_(hit, builder.not_(odd)), builder.and_(hit, odd)
+            upper = _either(builder, upper, even_hit if case == EVEN else odd_hit)
+            lower = _either(builder, lower, odd_hit if case == EVEN else even_hit)
+    return [upper, lower]
+
+
+def _two_byte_letters(buf, at, ranges):
+    return _block_masks(buf, at, 2, lambda builder, v: _cased(
+        builder, ranges, lambda lead: builder.icmp_unsigned("==", v, _splat(lead)), _next_bytes(builder, v, 1)))
+
+
+@intrinsic
+def latin_extended_classes(typingctx, buf, at):
+    """Two ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``: the first bytes of the uppercase and of the
+    lowercase letters ``LATIN_EXTENDED_LETTERS`` lists (where both bytes lie in the 64)."""
+    return _two_byte_letters(buf, at, LATIN_EXTENDED_LETTERS)
+
+
+@intrinsic
+def greek_classes(typingctx, buf, at):
+    """As ``latin_extended_classes``, for ``GREEK_LETTERS``."""
+    return _two_byte_letters(buf, at, GREEK_LETTERS)
+
+
+@intrinsic
+def cyrillic_classes(typingctx, buf, at):
+    """As ``latin_extended_classes``, for ``CYRILLIC_LETTERS``."""
+    return _two_byte_letters(buf, at, CYRILLIC_LETTERS)
+
+
+@intrinsic
+def extended_additional_classes(typingctx, buf, at):
+    """As ``latin_extended_classes``, for the three-byte ``EXTENDED_ADDITIONAL_LETTERS``."""
+
+    def masks_of(builder, v):
+        second, third = _next_bytes(builder, v, 1), _next_bytes(builder, v, 2)
+        lead = builder.and_(builder.icmp_unsigned("==", v, _splat(EXTENDED_ADDITIONAL_LEAD)),
+                            _in_range(builder, third, *CONTINUATION))
+        return _cased(builder, EXTENDED_ADDITIONAL_LETTERS,
+                      lambda s: builder.and_(lead, builder.icmp_unsigned("==", second, _splat(s))), third)
+
+    return _block_masks(buf, at, 2, masks_of)
 
 
 def _zero_count(builder, word, name: str):

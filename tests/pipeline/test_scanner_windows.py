@@ -6,9 +6,10 @@ ASCII sequence (contractions, digit runs, whitespace runs with and without newli
 prefixes, case changes) placed at every offset of a window, plus hypothesis-generated ASCII texts,
 with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state. Windows
 also take the two-byte letters U+00C0-U+00FF and symbols among U+00A1-U+00BF, the symbols U+2010-U+2027,
-the Hangul syllables and the Han ideographs: each of those letters and symbols, the syllables and
-ideographs at the ends of their ranges, and the code points around them that windows leave to the
-byte-wise path, in every context at the window's edges.
+the letters of one case among Latin Extended-A and -B, Greek, Cyrillic and Latin Extended Additional, the
+Hangul syllables and the Han ideographs: each of those letters and symbols (every code point of U+0100-U+04FF
+and U+1E00-U+1EFF in every context), the syllables and ideographs at the ends of their ranges, and the code
+points around them that windows leave to the byte-wise path, in every context at the window's edges.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import kimi_tok
 from kimi_tok import KIMI_PATTERN
 from kimi_tok.pipeline.pretokenize import RegexPreTokenizer
 from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
-from kimi_tok.native.simd import LATIN1_SYMBOL_TAILS, PUNCTUATION_THIRD
+from kimi_tok.native.simd import (CYRILLIC_LETTERS, EVEN, EXTENDED_ADDITIONAL_LEAD, EXTENDED_ADDITIONAL_LETTERS,
+                                  GREEK_LETTERS, LATIN1_SYMBOL_TAILS, LATIN_EXTENDED_LETTERS, LOWER, ODD,
+                                  PUNCTUATION_THIRD, UPPER)
 from kimi_tok.pipeline.pretokenize.unicode_classes import (HAN as HAN_FLAG, LETTER, LOWERISH, NUMBER, UPPERISH,
                                                             WHITESPACE, code_point_flags)
 from tests.api.test_properties import SETTINGS
@@ -117,6 +120,20 @@ HAN = ["\u3400", "\u3fff", "\u4000", "\u4dbf", "\u4dc0", "\u4dff", "\u4e00", "\u
 PUNCTUATION = [chr(c) for c in range(0x2000, 0x2030)] + ["\u205f", "\u2070", "\u2071", "\u2116", "\u2160",
                                                           "\u20ac", "\u201e\u201c", "\u2019s", "\u2014\u2014",
                                                           "\u00bb\u2026"]
+# Latin Extended-A/-B, Greek, Cyrillic, Latin Extended Additional: the ends of the ranges windows take (of one case
+# each), the exceptions to the alternating case inside them, and neighbours they do not take (long s, marks, Greek
+# punctuation and accents, Cyrillic marks and signs)
+EXTENDED = [chr(c) for c in (0x100, 0x130, 0x131, 0x137, 0x138, 0x139, 0x13F, 0x140, 0x148, 0x149, 0x14A, 0x177,
+                             0x178, 0x179, 0x17E, 0x17F, 0x180, 0x19F, 0x1A0, 0x1A1, 0x1A2, 0x1AF, 0x1B0, 0x1B1, 0x217,
+                             0x218, 0x21B, 0x21C, 0x259, 0x2B0, 0x300, 0x345, 0x37E, 0x384, 0x385, 0x386, 0x387, 0x388,
+                             0x38B, 0x38C, 0x38F, 0x390, 0x391, 0x3A1, 0x3A2, 0x3A3, 0x3AB, 0x3AC, 0x3C2, 0x3CE, 0x3CF,
+                             0x3D0, 0x3F5, 0x3FF, 0x400, 0x42F, 0x430, 0x44F, 0x450, 0x45F, 0x460, 0x47F, 0x480, 0x481,
+                             0x482, 0x483, 0x489, 0x48A, 0x491, 0x4BF, 0x4C0, 0x4C1, 0x4CE, 0x4CF, 0x4D0, 0x4FF, 0x500,
+                             0x1DFF, 0x1E00, 0x1E95, 0x1E96, 0x1E9D, 0x1E9E, 0x1E9F, 0x1EA0, 0x1EF9, 0x1EFF, 0x1F00)]
+EXTENDED_WORDS = ["\u0141\u00f3d\u017a", "\u0130stanbul", "\u017f's", "x\u017f't",
+                  "\u041c\u043e\u0441\u043a\u0432\u0430", "\u0410\u0411\u0412\u0433",
+                  "\u0391\u0398\u0397\u039d\u0391 \u03ac\u03bb\u03c6\u03b1", "Ti\u1ebfng Vi\u1ec7t",
+                  "\u01a0\u01b0\u1ee3c", "\u0218i \u021b", "\u0406\u0457\u0491'\u0454", "\u0434\u0438\u0301\u043c"]
 # characters that end what a window decides: whitespace, a mark, a number, Thai, an emoji
 OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
@@ -125,7 +142,7 @@ WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b
                           "x  {}y", "{}  \n", "{}\n  \nx", "{}\n \n  y", "{} \n \n", "\n  {}\nx", "x\n {}\n "]
 
 
-@pytest.mark.parametrize("letter", LATIN1 + PUNCTUATION + HANGUL + HAN + OTHER)
+@pytest.mark.parametrize("letter", LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + OTHER)
 def test_every_window_letter_in_every_context_at_the_window_edges(letter):
     for context in WINDOW_LETTER_CONTEXTS:
         piece = context.replace("{}", letter)
@@ -134,18 +151,46 @@ def test_every_window_letter_in_every_context_at_the_window_edges(letter):
             _check((FILLER * 3)[:offset] + piece * 40 + FILLER)
 
 
+@pytest.mark.parametrize("context", WINDOW_LETTER_CONTEXTS)
+def test_every_code_point_of_the_extended_letter_blocks_in_every_context(context):
+    """Every code point of U+0100-U+04FF and U+1E00-U+1EFF in each context, one after another in one long text
+    (each lands at many window offsets)."""
+    code_points = [*range(0x100, 0x500), *range(0x1E00, 0x1F00)]
+    _check("".join((FILLER * 2)[:k % 67] + context.replace("{}", chr(c)) for k, c in enumerate(code_points)))
+
+
+def test_the_extended_letters_windows_class_are_of_one_case():
+    """``native.simd``'s letter tables against the flag table the byte-wise path reads: every letter windows take
+    as uppercase is one of the pattern's uppercase-only letters, likewise lowercase."""
+    cases = {}
+    for lead, first, count, case in LATIN_EXTENDED_LETTERS + GREEK_LETTERS + CYRILLIC_LETTERS:
+        for tail in range(first, first + count):
+            cases[(lead & 0x1F) << 6 | tail & 0x3F] = case, tail
+    for second, first, count, case in EXTENDED_ADDITIONAL_LETTERS:
+        for tail in range(first, first + count):
+            cases[(EXTENDED_ADDITIONAL_LEAD & 0xF) << 12 | (second & 0x3F) << 6 | tail & 0x3F] = case, tail
+    ranges = LATIN_EXTENDED_LETTERS + GREEK_LETTERS + CYRILLIC_LETTERS + EXTENDED_ADDITIONAL_LETTERS
+    assert len(cases) == sum(count for _, _, count, _ in ranges)  # no range overlaps another
+    for cp, (case, tail) in cases.items():
+        if case in (EVEN, ODD):
+            case = UPPER if (tail % 2 == 0) == (case == EVEN) else LOWER
+        flags = FLAGS[cp] & (LETTER | UPPERISH | LOWERISH | NUMBER | WHITESPACE | HAN_FLAG)
+        assert flags == LETTER | (UPPERISH if case == UPPER else LOWERISH), hex(cp)
+
+
 window_letter_atoms = st.one_of(
-    ascii_atoms, ascii_atoms, st.sampled_from(LATIN1 + PUNCTUATION + HANGUL + HAN + OTHER),
+    ascii_atoms, ascii_atoms, st.sampled_from(LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + OTHER),
     st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", " \u00bb%s\u00ab ", "\u00bbWort\u00ab", "\u00a7 3",
                      "\u201eWort\u201c", "l\u2019homme", "x \u2013 y", "\u2026\n", "\u00e9's", "x\u00d7y", "\u00f7",
                      "\ud55c\uad6dX", "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
     st.characters(min_codepoint=0x80, max_codepoint=0x24F), st.characters(min_codepoint=0xAC00, max_codepoint=0xD7FF),
+    st.characters(min_codepoint=0x370, max_codepoint=0x52F), st.characters(min_codepoint=0x1DF0, max_codepoint=0x1F0F),
     st.characters(min_codepoint=0x3300, max_codepoint=0xA0FF))
 
 
 @settings(max_examples=300, **SETTINGS)
 @given(st.lists(window_letter_atoms, min_size=20, max_size=400).map("".join))
-def test_random_text_with_latin1_letters_hangul_and_han(text):
+def test_random_text_with_the_letters_windows_class(text):
     _check(text)
 
 
@@ -157,7 +202,7 @@ def test_long_random_texts_of_every_window_class(seed):
     """Long texts of random atoms (tricky ASCII, every letter windows take, their neighbours, whitespace with
     newlines): windows start after every kind of character, in every state."""
     rng = random.Random(seed)
-    atoms = (TRICKY + LATIN1 + PUNCTUATION + HANGUL + HAN + OTHER + WHITESPACE_MIXES * 4
+    atoms = (TRICKY + LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + OTHER + WHITESPACE_MIXES * 4
              + ["word", "Word", " the", "123"] * 8)
     _check("".join(rng.choice(atoms) for _ in range(20_000)))
 

@@ -23,9 +23,9 @@ import numpy as np
 
 from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
-from ...native.simd import (BLOCK_BYTES, HAN_FIRST_LEAD, HAN_LAST_LEAD, HANGUL_FIRST_LEAD, HANGUL_LAST_LEAD,
-                            LATIN1_LEAD, LATIN1_SYMBOL_LEAD, PUNCTUATION_LEAD, ascii_classes, han_classes,
-                            hangul_classes, highest_set_bit, latin1_classes, lowest_set_bit, punctuation_classes)
+from ...native.simd import (BLOCK_BYTES, ascii_classes, cyrillic_classes, extended_additional_classes, greek_classes,
+                            han_classes, hangul_classes, highest_set_bit, latin1_classes, latin_extended_classes,
+                            lead_groups, lowest_set_bit, punctuation_classes)
 from ...native.utf8 import ASCII_END, code_point_at, sequence_length
 from ...vocab.kimi_k3 import KIMI_PATTERN
 from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE, code_point_flags
@@ -345,24 +345,25 @@ def count_text_bytes(run_start, run_end, run_special):
 
 # -- 64 bytes at a time ---------------------------------------------------------------------------
 #
-# Where the text is ASCII, where each piece starts follows from each byte's class and its neighbours'
-# (a window of four bytes), so the starts of a 64-byte window are computed as bit masks
-# (``native.simd.ascii_classes``) and read off with ``tzcnt``, with no branch per byte. Bit ``k`` is byte
-# ``base + k``, where ``base`` is three bytes before the piece start ``pos`` the window begins at; the
-# starts of bits 4..60 are final (each needs bytes k-3..k+1; what bytes 0-2 decide, bit 3 being a start
-# already decides, so a character cut there does not matter). The letters U+00C0-U+00FF but U+00D7 and
-# U+00F7 (``C3 xx``: German, French, Spanish, ...) take part as two letter bytes of their case: the rules
-# below depend on the classes of the letters in a run, never on how many there are, and no piece starts
-# at a letter's second byte (a letter after a letter of the same case). The symbols among U+00A1-U+00BF
-# (``C2 xx``: guillemets, section sign, ...) and U+2010-U+2027 (``E2 80 xx``: dashes, quotation marks, the
-# ellipsis) take part as symbol bytes; a prefix of one such character ends at its last byte, the byte before
-# the letter it goes with. Hangul syllables (three bytes,
-# ``hangul_classes``) are letters of both cases (Lo): they take part as lowercase ones, which gives the
-# same pieces unless an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in
-# ``한B`` it starts one: a look ahead), so the window's starts end before such a letter. The Han ideographs
-# U+3400-U+4DBF and U+4E00-U+9FFF (three bytes, ``han_classes``) are a class of their own, neither letters,
-# digits, whitespace nor symbols. Any other byte of 0x80 or more (another character, or one the window's end
-# cuts) ends them two bytes before it. The rules, with ``prev`` the byte before (and as in the alternatives):
+# Where the text is ASCII, where each piece starts follows from each byte's class and its neighbours' (a window of
+# four bytes), so the starts of a 64-byte window are computed as bit masks (``native.simd.ascii_classes``) and
+# read off with ``tzcnt``, with no branch per byte. Bit ``k`` is byte ``base + k``, where ``base`` is three bytes
+# before the piece start ``pos`` the window begins at; the starts of bits 4..60 are final (each needs bytes
+# k-3..k+1; what bytes 0-2 decide, bit 3 being a start already decides, so a character cut there does not matter).
+# The letters U+00C0-U+00FF but U+00D7 and U+00F7 (``C3 xx``: German, French, Spanish, ...) take part as two
+# letter bytes of their case: the rules below depend on the classes of the letters in a run, never on how many
+# there are, and no piece starts at a letter's second byte (a letter after a letter of the same case). So do the
+# letters of one case of Latin Extended-A and -B, Greek and Cyrillic (two bytes) and Latin Extended Additional
+# (three bytes: Vietnamese) that ``native.simd`` lists; a window computes the classes of a script only where one
+# of its lead bytes is (``lead_groups``). The symbols among U+00A1-U+00BF (``C2 xx``: guillemets, section sign,
+# ...) and U+2010-U+2027 (``E2 80 xx``: dashes, quotation marks, the ellipsis) take part as symbol bytes; a prefix
+# of one such character ends at its last byte, the byte before the letter it goes with. Hangul syllables (three
+# bytes, ``hangul_classes``) are letters of both cases (Lo): they take part as lowercase ones, which gives the
+# same pieces unless an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in ``한B`` it
+# starts one: a look ahead), so the window's starts end before such a letter. The Han ideographs U+3400-U+4DBF and
+# U+4E00-U+9FFF (three bytes, ``han_classes``) are a class of their own, neither letters, digits, whitespace nor
+# symbols. Any other byte of 0x80 or more (another character, or one the window's end cuts) ends them two bytes
+# before it. The rules, with ``prev`` the byte before (and as in the alternatives):
 #
 # * a letter starts a piece unless the letter before is a lowercase one and it is not uppercase (2-3),
 #   or the byte before is a prefix ``[^\r\n\p{L}\p{N}]`` that itself starts a piece: a blank always
@@ -460,26 +461,48 @@ def _window_starts(buf, base):
     white = blank | newline
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
-    ideograph = han = unclassed = latin1_symbol = punctuation = np.uint64(0)
-    if high != 0:  # Latin-1 letters and symbols, U+2010-U+2027, Hangul, Han ideographs are classed; others end it
-        if (high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)) != 0:
-            lead = buf[index(base + lowest_set_bit(high & ~LOW_THREE_BITS))]
-            if (lead != LATIN1_LEAD and lead != LATIN1_SYMBOL_LEAD and lead != PUNCTUATION_LEAD
-                    and (lead < HANGUL_FIRST_LEAD or lead > HANGUL_LAST_LEAD)
-                    and (lead < HAN_FIRST_LEAD or lead > HAN_LAST_LEAD)):
-                return np.uint64(0), -1, 0  # no start could be final (kana, Thai, Cyrillic, ...)
-        lead, upper_tail, lower_tail, symbol_lead, symbol_tail = latin1_classes(buf, base)
-        upper_tail &= lead << one
-        lower_tail &= lead << one
-        upper |= upper_tail | (upper_tail >> one)
-        lower |= lower_tail | (lower_tail >> one)
-        latin1_symbol = symbol_tail & (symbol_lead << one)  # second bytes; the symbol mask below takes both
-        punct_lead, punct_second, punct_third = punctuation_classes(buf, base)
-        punctuation = punct_lead & (punct_second >> one) & (punct_third >> np.uint64(2))  # first bytes
-        syllable = hangul_syllables(buf, base)
-        lower |= syllable | (syllable << one) | (syllable << np.uint64(2))
-        ideograph = han_ideographs(buf, base)
-        han = ideograph | (ideograph << one) | (ideograph << np.uint64(2))
+    ideograph = han = unclassed = latin1_symbol = punctuation = syllable = np.uint64(0)
+    if high != 0:  # the characters of the lead groups below are classed; others end the window's starts
+        latin1_leads, punctuation_leads, hangul_leads, han_leads, latin_extended_leads, greek_leads, cyrillic_leads, \
+            additional_leads = lead_groups(buf, base)
+        early = high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)
+        if early != 0:
+            known = (latin1_leads | punctuation_leads | hangul_leads | han_leads | latin_extended_leads | greek_leads
+                     | cyrillic_leads | additional_leads)
+            if (known & _bit(lowest_set_bit(early))) == 0:  # the first character after the window's start
+                return np.uint64(0), -1, 0  # no start could be final (kana, Thai, Arabic, ...)
+        if latin1_leads != 0:
+            lead, upper_tail, lower_tail, symbol_lead, symbol_tail = latin1_classes(buf, base)
+            upper_tail &= lead << one
+            lower_tail &= lead << one
+            upper |= upper_tail | (upper_tail >> one)
+            lower |= lower_tail | (lower_tail >> one)
+            latin1_symbol = symbol_tail & (symbol_lead << one)  # second bytes; the symbol mask below takes both
+        if latin_extended_leads != 0:
+            first_upper, first_lower = latin_extended_classes(buf, base)
+            upper |= first_upper | (first_upper << one)
+            lower |= first_lower | (first_lower << one)
+        if greek_leads != 0:
+            first_upper, first_lower = greek_classes(buf, base)
+            upper |= first_upper | (first_upper << one)
+            lower |= first_lower | (first_lower << one)
+        if cyrillic_leads != 0:
+            first_upper, first_lower = cyrillic_classes(buf, base)
+            upper |= first_upper | (first_upper << one)
+            lower |= first_lower | (first_lower << one)
+        if additional_leads != 0:
+            first_upper, first_lower = extended_additional_classes(buf, base)
+            upper |= first_upper | (first_upper << one) | (first_upper << np.uint64(2))
+            lower |= first_lower | (first_lower << one) | (first_lower << np.uint64(2))
+        if punctuation_leads != 0:
+            punct_lead, punct_second, punct_third = punctuation_classes(buf, base)
+            punctuation = punct_lead & (punct_second >> one) & (punct_third >> np.uint64(2))  # first bytes
+        if hangul_leads != 0:
+            syllable = hangul_syllables(buf, base)
+            lower |= syllable | (syllable << one) | (syllable << np.uint64(2))
+        if han_leads != 0:
+            ideograph = han_ideographs(buf, base)
+            han = ideograph | (ideograph << one) | (ideograph << np.uint64(2))
         # bytes of other characters, or of ones the window's end cuts: a start needs the byte after it
         symbol_bytes = latin1_symbol | (latin1_symbol >> one) | punctuation | (punctuation << one) | (
             punctuation << np.uint64(2))
