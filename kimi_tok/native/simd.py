@@ -4,7 +4,8 @@ numba vectorizes plain loops, but a scanner needs per-byte classes as bits (bit 
 ``at + k``) to find piece boundaries with word operations instead of a branch per byte.
 ``ascii_classes`` (with ``latin1_classes``, ``punctuation_classes``, ``latin_extended_classes``,
 ``greek_classes``, ``cyrillic_classes``, ``extended_additional_classes``, ``hangul_classes`` and
-``han_classes`` for characters beyond ASCII, and ``lead_groups`` to tell which of those a block needs)
+``han_classes``, ``kana_letters`` and ``wide_symbols`` for characters beyond ASCII, and ``lead_groups`` to tell
+which of those a block needs)
 emit LLVM vector compares on one unaligned 64-byte load; LLVM lowers them to the machine's vector instructions
 (AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
 """
@@ -190,6 +191,22 @@ EXTENDED_ADDITIONAL_LETTERS = (
     (0xB8, 0x80, 0x40, EVEN), (0xB9, 0x80, 0x40, EVEN), (0xBA, 0x80, 0x16, EVEN), (0xBA, 0x96, 8, LOWER),
     (0xBA, 0x9E, 1, UPPER), (0xBA, 0x9F, 1, LOWER), (0xBA, 0xA0, 0x20, EVEN), (0xBB, 0x80, 0x40, EVEN),
 )
+# Three-byte characters as (lead byte, second byte, first third byte, count). Kana: letters of both cases (Lo, Lm),
+# which windows take as Hangul syllables; not the voicing marks U+3099-U+309A (marks are letters in a word and
+# symbols after a symbol: `)゙` is one piece)
+KANA_LEAD, FULLWIDTH_LEAD = 0xE3, 0xEF
+KANA = (
+    (KANA_LEAD, 0x81, 0x81, 0x3F), (KANA_LEAD, 0x82, 0x80, 0x17),  # U+3041-U+3096 hiragana
+    (KANA_LEAD, 0x82, 0x9D, 3),  # U+309D-U+309F iteration marks, digraph yori
+    (KANA_LEAD, 0x82, 0xA1, 0x1F), (KANA_LEAD, 0x83, 0x80, 0x3B), (KANA_LEAD, 0x83, 0xBC, 4),  # katakana
+)
+# CJK and full-width symbols: neither letters, numbers nor White_Space (not U+3000, the ideographic space)
+WIDE_SYMBOLS = (
+    (KANA_LEAD, 0x80, 0x81, 4), (KANA_LEAD, 0x80, 0x88, 0x19),  # U+3001-U+3004, U+3008-U+3020: 、。「」【】〜 ...
+    (KANA_LEAD, 0x82, 0x9B, 2), (KANA_LEAD, 0x82, 0xA0, 1), (KANA_LEAD, 0x83, 0xBB, 1),  # ゛゜ ゠ ・
+    (FULLWIDTH_LEAD, 0xBC, 0x81, 0xF), (FULLWIDTH_LEAD, 0xBC, 0x9A, 7),  # U+FF01-U+FF0F, U+FF1A-U+FF20: ！（），：？
+    (FULLWIDTH_LEAD, 0xBC, 0xBB, 5), (FULLWIDTH_LEAD, 0xBD, 0x80, 1), (FULLWIDTH_LEAD, 0xBD, 0x9B, 0xB),
+)
 # Lead bytes, as (first, count), of the characters each class intrinsic finds, in the order lead_groups gives them
 LEAD_GROUPS = (
     (LATIN1_SYMBOL_LEAD, 2),  # latin1_classes: C2, C3
@@ -200,6 +217,8 @@ LEAD_GROUPS = (
     (0xCE, 2),  # greek_classes
     (0xD0, 4),  # cyrillic_classes
     (EXTENDED_ADDITIONAL_LEAD, 1),  # extended_additional_classes
+    (KANA_LEAD, 1),  # kana_letters, wide_symbols
+    (FULLWIDTH_LEAD, 1),  # wide_symbols
 )
 N_LEAD_GROUPS = len(LEAD_GROUPS)
 
@@ -279,6 +298,35 @@ def extended_additional_classes(typingctx, buf, at):
                       lambda s: builder.and_(lead, builder.icmp_unsigned("==", second, _splat(s))), third)
 
     return _block_masks(buf, at, 2, masks_of)
+
+
+def _three_byte_characters(buf, at, ranges):
+    """An intrinsic's typing and codegen: one mask, the first bytes of the characters ``ranges`` lists."""
+
+    def masks_of(builder, v):
+        second, third = _next_bytes(builder, v, 1), _next_bytes(builder, v, 2)
+        found = None
+        for lead, second_byte, first, count in ranges:
+            hit = builder.and_(builder.and_(builder.icmp_unsigned("==", v, _splat(lead)),
+                                            builder.icmp_unsigned("==", second, _splat(second_byte))),
+                               _in_range(builder, third, first, count))
+            found = _either(builder, found, hit)
+        return [found]
+
+    return _block_masks(buf, at, 1, masks_of)
+
+
+@intrinsic
+def kana_letters(typingctx, buf, at):
+    """One ``uint64`` mask (a tuple of one) of the 64 bytes ``buf[at:at + 64]``: the first bytes of the kana
+    ``KANA`` lists (where the whole character lies in the 64)."""
+    return _three_byte_characters(buf, at, KANA)
+
+
+@intrinsic
+def wide_symbols(typingctx, buf, at):
+    """As ``kana_letters``, for the symbols ``WIDE_SYMBOLS`` lists."""
+    return _three_byte_characters(buf, at, WIDE_SYMBOLS)
 
 
 def _zero_count(builder, word, name: str):

@@ -7,9 +7,10 @@ prefixes, case changes) placed at every offset of a window, plus hypothesis-gene
 with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state. Windows
 also take the two-byte letters U+00C0-U+00FF and symbols among U+00A1-U+00BF, the symbols U+2010-U+2027,
 the letters of one case among Latin Extended-A and -B, Greek, Cyrillic and Latin Extended Additional, the
-Hangul syllables and the Han ideographs: each of those letters and symbols (every code point of U+0100-U+04FF
-and U+1E00-U+1EFF in every context), the syllables and ideographs at the ends of their ranges, and the code
-points around them that windows leave to the byte-wise path, in every context at the window's edges.
+Hangul syllables, the kana, CJK and full-width symbols and the Han ideographs: each of those letters and symbols
+(every code point of U+0100-U+04FF, U+1E00-U+1EFF, U+3000-U+30FF and U+FF00-U+FFEF in every context), the
+syllables and ideographs at the ends of their ranges, and the code points around them that windows leave to the
+byte-wise path, in every context at the window's edges.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from kimi_tok import KIMI_PATTERN
 from kimi_tok.pipeline.pretokenize import RegexPreTokenizer
 from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
 from kimi_tok.native.simd import (CYRILLIC_LETTERS, EVEN, EXTENDED_ADDITIONAL_LEAD, EXTENDED_ADDITIONAL_LETTERS,
-                                  GREEK_LETTERS, LATIN1_SYMBOL_TAILS, LATIN_EXTENDED_LETTERS, LOWER, ODD,
-                                  PUNCTUATION_THIRD, UPPER)
+                                  GREEK_LETTERS, KANA, LATIN1_SYMBOL_TAILS, LATIN_EXTENDED_LETTERS, LOWER, ODD,
+                                  PUNCTUATION_THIRD, UPPER, WIDE_SYMBOLS)
 from kimi_tok.pipeline.pretokenize.unicode_classes import (HAN as HAN_FLAG, LETTER, LOWERISH, NUMBER, UPPERISH,
                                                             WHITESPACE, code_point_flags)
 from tests.api.test_properties import SETTINGS
@@ -134,6 +135,15 @@ EXTENDED_WORDS = ["\u0141\u00f3d\u017a", "\u0130stanbul", "\u017f's", "x\u017f't
                   "\u041c\u043e\u0441\u043a\u0432\u0430", "\u0410\u0411\u0412\u0433",
                   "\u0391\u0398\u0397\u039d\u0391 \u03ac\u03bb\u03c6\u03b1", "Ti\u1ebfng Vi\u1ec7t",
                   "\u01a0\u01b0\u1ee3c", "\u0218i \u021b", "\u0406\u0457\u0491'\u0454", "\u0434\u0438\u0301\u043c"]
+# kana (letters of both cases, as Hangul syllables), CJK and full-width symbols: the ends of the ranges windows take
+# and the characters around them they do not (the ideographic space, iteration marks, full-width digits and letters,
+# halfwidth katakana)
+WIDE = [chr(c) for c in (0x3000, 0x3001, 0x3004, 0x3005, 0x3007, 0x3008, 0x3011, 0x3020, 0x3021, 0x3030, 0x3040,
+                         0x3041, 0x3096, 0x3097, 0x3099, 0x309A, 0x309B, 0x309C, 0x309D, 0x309F, 0x30A0, 0x30A1,
+                         0x30FA, 0x30FB, 0x30FC, 0x30FF, 0x3100, 0xFF00, 0xFF01, 0xFF0F, 0xFF10, 0xFF1A, 0xFF20,
+                         0xFF21, 0xFF3B, 0xFF40, 0xFF41, 0xFF5B, 0xFF65, 0xFF66)]
+WIDE_WORDS = ["\u3053\u308c\u306fOK", "\u30ab\u30bfB", "\u30ab\u30bfBc", "\u3010\u6ce8\u3011", "\u300c%s\u300d",
+              "\u306e's", "\uff08\u4f8b\uff09", "\u3002\n", "\u3001 x", "\u30fc\u30eb", "\uff01\uff01"]
 # characters that end what a window decides: whitespace, a mark, a number, Thai, an emoji
 OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
@@ -142,7 +152,8 @@ WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b
                           "x  {}y", "{}  \n", "{}\n  \nx", "{}\n \n  y", "{} \n \n", "\n  {}\nx", "x\n {}\n "]
 
 
-@pytest.mark.parametrize("letter", LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + OTHER)
+@pytest.mark.parametrize("letter", LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE
+                         + WIDE_WORDS + OTHER)
 def test_every_window_letter_in_every_context_at_the_window_edges(letter):
     for context in WINDOW_LETTER_CONTEXTS:
         piece = context.replace("{}", letter)
@@ -153,9 +164,9 @@ def test_every_window_letter_in_every_context_at_the_window_edges(letter):
 
 @pytest.mark.parametrize("context", WINDOW_LETTER_CONTEXTS)
 def test_every_code_point_of_the_extended_letter_blocks_in_every_context(context):
-    """Every code point of U+0100-U+04FF and U+1E00-U+1EFF in each context, one after another in one long text
-    (each lands at many window offsets)."""
-    code_points = [*range(0x100, 0x500), *range(0x1E00, 0x1F00)]
+    """Every code point of U+0100-U+04FF, U+1E00-U+1EFF, U+3000-U+30FF and U+FF00-U+FFEF in each context, one after
+    another in one long text (each lands at many window offsets)."""
+    code_points = [*range(0x100, 0x500), *range(0x1E00, 0x1F00), *range(0x3000, 0x3100), *range(0xFF00, 0xFFF0)]
     _check("".join((FILLER * 2)[:k % 67] + context.replace("{}", chr(c)) for k, c in enumerate(code_points)))
 
 
@@ -178,13 +189,32 @@ def test_the_extended_letters_windows_class_are_of_one_case():
         assert flags == LETTER | (UPPERISH if case == UPPER else LOWERISH), hex(cp)
 
 
+def _three_byte_code_points(ranges) -> list[int]:
+    return [(lead & 0xF) << 12 | (second & 0x3F) << 6 | third & 0x3F
+            for lead, second, first, count in ranges for third in range(first, first + count)]
+
+
+def test_the_kana_and_wide_symbols_windows_class():
+    """Kana are letters of both cases, neither numbers nor Han; the wide symbols are symbols."""
+    kana, symbols = _three_byte_code_points(KANA), _three_byte_code_points(WIDE_SYMBOLS)
+    assert len(set(kana)) == len(kana) and len(set(symbols)) == len(symbols) and not set(kana) & set(symbols)
+    for cp in kana:
+        flags = FLAGS[cp] & (LETTER | UPPERISH | LOWERISH | NUMBER | WHITESPACE | HAN_FLAG)
+        assert flags == LETTER | UPPERISH | LOWERISH, hex(cp)
+    not_symbol = LETTER | UPPERISH | LOWERISH | NUMBER | WHITESPACE | HAN_FLAG
+    for cp in symbols:
+        assert FLAGS[cp] & not_symbol == 0, hex(cp)
+
+
 window_letter_atoms = st.one_of(
-    ascii_atoms, ascii_atoms, st.sampled_from(LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + OTHER),
+    ascii_atoms, ascii_atoms,
+    st.sampled_from(LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE + WIDE_WORDS + OTHER),
     st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", " \u00bb%s\u00ab ", "\u00bbWort\u00ab", "\u00a7 3",
                      "\u201eWort\u201c", "l\u2019homme", "x \u2013 y", "\u2026\n", "\u00e9's", "x\u00d7y", "\u00f7",
                      "\ud55c\uad6dX", "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
     st.characters(min_codepoint=0x80, max_codepoint=0x24F), st.characters(min_codepoint=0xAC00, max_codepoint=0xD7FF),
     st.characters(min_codepoint=0x370, max_codepoint=0x52F), st.characters(min_codepoint=0x1DF0, max_codepoint=0x1F0F),
+    st.characters(min_codepoint=0x3000, max_codepoint=0x30FF), st.characters(min_codepoint=0xFF00, max_codepoint=0xFFEF),
     st.characters(min_codepoint=0x3300, max_codepoint=0xA0FF))
 
 
@@ -202,7 +232,8 @@ def test_long_random_texts_of_every_window_class(seed):
     """Long texts of random atoms (tricky ASCII, every letter windows take, their neighbours, whitespace with
     newlines): windows start after every kind of character, in every state."""
     rng = random.Random(seed)
-    atoms = (TRICKY + LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + OTHER + WHITESPACE_MIXES * 4
+    atoms = (TRICKY + LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE + WIDE_WORDS + OTHER
+             + WHITESPACE_MIXES * 4
              + ["word", "Word", " the", "123"] * 8)
     _check("".join(rng.choice(atoms) for _ in range(20_000)))
 

@@ -24,8 +24,8 @@ import numpy as np
 from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
 from ...native.simd import (BLOCK_BYTES, ascii_classes, cyrillic_classes, extended_additional_classes, greek_classes,
-                            han_classes, hangul_classes, highest_set_bit, latin1_classes, latin_extended_classes,
-                            lead_groups, lowest_set_bit, punctuation_classes)
+                            han_classes, hangul_classes, highest_set_bit, kana_letters, latin1_classes,
+                            latin_extended_classes, lead_groups, lowest_set_bit, punctuation_classes, wide_symbols)
 from ...native.utf8 import ASCII_END, code_point_at, sequence_length
 from ...vocab.kimi_k3 import KIMI_PATTERN
 from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE, code_point_flags
@@ -356,14 +356,16 @@ def count_text_bytes(run_start, run_end, run_special):
 # letters of one case of Latin Extended-A and -B, Greek and Cyrillic (two bytes) and Latin Extended Additional
 # (three bytes: Vietnamese) that ``native.simd`` lists; a window computes the classes of a script only where one
 # of its lead bytes is (``lead_groups``). The symbols among U+00A1-U+00BF (``C2 xx``: guillemets, section sign,
-# ...) and U+2010-U+2027 (``E2 80 xx``: dashes, quotation marks, the ellipsis) take part as symbol bytes; a prefix
-# of one such character ends at its last byte, the byte before the letter it goes with. Hangul syllables (three
-# bytes, ``hangul_classes``) are letters of both cases (Lo): they take part as lowercase ones, which gives the
-# same pieces unless an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in ``한B`` it
-# starts one: a look ahead), so the window's starts end before such a letter. The Han ideographs U+3400-U+4DBF and
-# U+4E00-U+9FFF (three bytes, ``han_classes``) are a class of their own, neither letters, digits, whitespace nor
-# symbols. Any other byte of 0x80 or more (another character, or one the window's end cuts) ends them two bytes
-# before it. The rules, with ``prev`` the byte before (and as in the alternatives):
+# ...), U+2010-U+2027 (``E2 80 xx``: dashes, quotation marks, the ellipsis) and the CJK and full-width symbols
+# ``native.simd.WIDE_SYMBOLS`` lists (、。「」（），：) take part as symbol bytes; a prefix of one such character ends at
+# its last byte, the byte before the letter it goes with. Hangul syllables (three bytes, ``hangul_classes``) and
+# kana (``kana_letters``; not the voicing marks, which are symbols after a symbol) are letters of both cases (Lo,
+# Lm): they take part as lowercase ones, which gives the same pieces unless an uppercase letter follows one (in
+# ``한Bc`` the ``B`` continues the piece, in ``한B`` it starts one: a look ahead), so the window's starts end before
+# such a letter. The Han ideographs U+3400-U+4DBF and U+4E00-U+9FFF (three bytes, ``han_classes``) are a class of
+# their own, neither letters, digits, whitespace nor symbols. Any other byte of 0x80 or more (another character,
+# or one the window's end cuts) ends them two bytes before it. The rules, with ``prev`` the byte before (and as in
+# the alternatives):
 #
 # * a letter starts a piece unless the letter before is a lowercase one and it is not uppercase (2-3),
 #   or the byte before is a prefix ``[^\r\n\p{L}\p{N}]`` that itself starts a piece: a blank always
@@ -461,14 +463,14 @@ def _window_starts(buf, base):
     white = blank | newline
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
-    ideograph = han = unclassed = latin1_symbol = punctuation = syllable = np.uint64(0)
+    ideograph = han = unclassed = latin1_symbol = punctuation = both_cases = np.uint64(0)
     if high != 0:  # the characters of the lead groups below are classed; others end the window's starts
         latin1_leads, punctuation_leads, hangul_leads, han_leads, latin_extended_leads, greek_leads, cyrillic_leads, \
-            additional_leads = lead_groups(buf, base)
+            additional_leads, kana_leads, fullwidth_leads = lead_groups(buf, base)
         early = high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)
         if early != 0:
             known = (latin1_leads | punctuation_leads | hangul_leads | han_leads | latin_extended_leads | greek_leads
-                     | cyrillic_leads | additional_leads)
+                     | cyrillic_leads | additional_leads | kana_leads | fullwidth_leads)
             if (known & _bit(lowest_set_bit(early))) == 0:  # the first character after the window's start
                 return np.uint64(0), -1, 0  # no start could be final (kana, Thai, Arabic, ...)
         if latin1_leads != 0:
@@ -494,12 +496,16 @@ def _window_starts(buf, base):
             first_upper, first_lower = extended_additional_classes(buf, base)
             upper |= first_upper | (first_upper << one) | (first_upper << np.uint64(2))
             lower |= first_lower | (first_lower << one) | (first_lower << np.uint64(2))
-        if punctuation_leads != 0:
+        if punctuation_leads != 0:  # three-byte symbols (first bytes)
             punct_lead, punct_second, punct_third = punctuation_classes(buf, base)
-            punctuation = punct_lead & (punct_second >> one) & (punct_third >> np.uint64(2))  # first bytes
-        if hangul_leads != 0:
-            syllable = hangul_syllables(buf, base)
-            lower |= syllable | (syllable << one) | (syllable << np.uint64(2))
+            punctuation = punct_lead & (punct_second >> one) & (punct_third >> np.uint64(2))
+        if (kana_leads | fullwidth_leads) != 0:
+            punctuation |= wide_symbols(buf, base)[0]
+        if hangul_leads != 0:  # three-byte letters of both cases (first bytes)
+            both_cases = hangul_syllables(buf, base)
+        if kana_leads != 0:
+            both_cases |= kana_letters(buf, base)[0]
+        lower |= both_cases | (both_cases << one) | (both_cases << np.uint64(2))
         if han_leads != 0:
             ideograph = han_ideographs(buf, base)
             han = ideograph | (ideograph << one) | (ideograph << np.uint64(2))
@@ -510,7 +516,7 @@ def _window_starts(buf, base):
         if unclassed != 0:
             unclassed_at = lowest_set_bit(unclassed)
             limit = unclassed_at - 2
-        ahead = (syllable << np.uint64(3)) & upper  # an uppercase letter right after a syllable
+        ahead = (both_cases << np.uint64(3)) & upper  # an uppercase letter right after a syllable or kana
         if ahead != 0:
             limit = min(limit, lowest_set_bit(ahead) - 1)
         if limit < WINDOW_FIRST_BIT:
