@@ -4,8 +4,8 @@ numba vectorizes plain loops, but a scanner needs per-byte classes as bits (bit 
 ``at + k``) to find piece boundaries with word operations instead of a branch per byte.
 ``ascii_classes`` (with ``latin1_classes``, ``punctuation_classes``, ``latin_extended_classes``,
 ``greek_classes``, ``cyrillic_classes``, ``extended_additional_classes``, ``hangul_classes`` and
-``han_classes``, ``kana_letters`` and ``wide_symbols`` for characters beyond ASCII, and ``lead_groups`` to tell
-which of those a block needs)
+``han_classes``, ``kana_letters``, ``wide_symbols``, ``rtl_letters`` and ``rtl_symbols`` for characters beyond
+ASCII, and ``lead_groups`` to tell which of those a block needs)
 emit LLVM vector compares on one unaligned 64-byte load; LLVM lowers them to the machine's vector instructions
 (AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
 """
@@ -191,6 +191,18 @@ EXTENDED_ADDITIONAL_LETTERS = (
     (0xB8, 0x80, 0x40, EVEN), (0xB9, 0x80, 0x40, EVEN), (0xBA, 0x80, 0x16, EVEN), (0xBA, 0x96, 8, LOWER),
     (0xBA, 0x9E, 1, UPPER), (0xBA, 0x9F, 1, LOWER), (0xBA, 0xA0, 0x20, EVEN), (0xBB, 0x80, 0x40, EVEN),
 )
+# Two-byte characters as (lead byte, first second byte, count): the Hebrew and Arabic letters (Lo, Lm: both cases,
+# which windows take as Hangul syllables; not the marks) and their punctuation (with U+0600-U+060F, symbols too)
+RTL_LETTERS = (
+    (0xD7, 0x90, 0x1B), (0xD7, 0xAF, 4),  # U+05D0-U+05EA, U+05EF-U+05F2
+    (0xD8, 0xA0, 0x20), (0xD9, 0x80, 0xB), (0xD9, 0xAE, 2), (0xD9, 0xB1, 0xF),  # U+0620-U+064A, U+066E-U+067F
+    (0xDA, 0x80, 0x40), (0xDB, 0x80, 0x14), (0xDB, 0x95, 1), (0xDB, 0xA5, 2), (0xDB, 0xAE, 2), (0xDB, 0xBA, 3),
+    (0xDB, 0xBF, 1),  # U+0680-U+06D3 and the letters among U+06D5-U+06FF
+)
+RTL_SYMBOLS = (
+    (0xD6, 0xBE, 1), (0xD7, 0x80, 1), (0xD7, 0x83, 1), (0xD7, 0x86, 1), (0xD7, 0xB3, 2),  # maqaf, sof pasuq, geresh
+    (0xD8, 0x80, 0x10), (0xD8, 0x9B, 5), (0xD9, 0xAA, 4), (0xDB, 0x94, 1),  # U+0600-U+060F, ؛ ؟ ٪ ۔
+)
 # Three-byte characters as (lead byte, second byte, first third byte, count). Kana: letters of both cases (Lo, Lm),
 # which windows take as Hangul syllables; not the voicing marks U+3099-U+309A (marks are letters in a word and
 # symbols after a symbol: `)゙` is one piece)
@@ -219,6 +231,7 @@ LEAD_GROUPS = (
     (EXTENDED_ADDITIONAL_LEAD, 1),  # extended_additional_classes
     (KANA_LEAD, 1),  # kana_letters, wide_symbols
     (FULLWIDTH_LEAD, 1),  # wide_symbols
+    (0xD6, 6),  # rtl_letters, rtl_symbols: D6-DB
 )
 N_LEAD_GROUPS = len(LEAD_GROUPS)
 
@@ -298,6 +311,33 @@ def extended_additional_classes(typingctx, buf, at):
                       lambda s: builder.and_(lead, builder.icmp_unsigned("==", second, _splat(s))), third)
 
     return _block_masks(buf, at, 2, masks_of)
+
+
+def _two_byte_characters(buf, at, ranges):
+    """An intrinsic's typing and codegen: one mask, the first bytes of the characters ``ranges`` lists."""
+
+    def masks_of(builder, v):
+        second = _next_bytes(builder, v, 1)
+        found = None
+        for lead, first, count in ranges:
+            hit = builder.and_(builder.icmp_unsigned("==", v, _splat(lead)), _in_range(builder, second, first, count))
+            found = _either(builder, found, hit)
+        return [found]
+
+    return _block_masks(buf, at, 1, masks_of)
+
+
+@intrinsic
+def rtl_letters(typingctx, buf, at):
+    """One ``uint64`` mask (a tuple of one) of the 64 bytes ``buf[at:at + 64]``: the first bytes of the Hebrew and
+    Arabic letters ``RTL_LETTERS`` lists (where both bytes lie in the 64)."""
+    return _two_byte_characters(buf, at, RTL_LETTERS)
+
+
+@intrinsic
+def rtl_symbols(typingctx, buf, at):
+    """As ``rtl_letters``, for the symbols ``RTL_SYMBOLS`` lists."""
+    return _two_byte_characters(buf, at, RTL_SYMBOLS)
 
 
 def _three_byte_characters(buf, at, ranges):

@@ -7,8 +7,9 @@ prefixes, case changes) placed at every offset of a window, plus hypothesis-gene
 with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state. Windows
 also take the two-byte letters U+00C0-U+00FF and symbols among U+00A1-U+00BF, the symbols U+2010-U+2027,
 the letters of one case among Latin Extended-A and -B, Greek, Cyrillic and Latin Extended Additional, the
-Hangul syllables, the kana, CJK and full-width symbols and the Han ideographs: each of those letters and symbols
-(every code point of U+0100-U+04FF, U+1E00-U+1EFF, U+3000-U+30FF and U+FF00-U+FFEF in every context), the
+Hangul syllables, the kana, the Hebrew and Arabic letters and symbols, CJK and full-width symbols and the Han
+ideographs: each of those letters and symbols (every code point of U+0100-U+06FF, U+1E00-U+1EFF, U+3000-U+30FF
+and U+FF00-U+FFEF in every context), the
 syllables and ideographs at the ends of their ranges, and the code points around them that windows leave to the
 byte-wise path, in every context at the window's edges.
 """
@@ -29,7 +30,7 @@ from kimi_tok.pipeline.pretokenize import RegexPreTokenizer
 from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
 from kimi_tok.native.simd import (CYRILLIC_LETTERS, EVEN, EXTENDED_ADDITIONAL_LEAD, EXTENDED_ADDITIONAL_LETTERS,
                                   GREEK_LETTERS, KANA, LATIN1_SYMBOL_TAILS, LATIN_EXTENDED_LETTERS, LOWER, ODD,
-                                  PUNCTUATION_THIRD, UPPER, WIDE_SYMBOLS)
+                                  PUNCTUATION_THIRD, RTL_LETTERS, RTL_SYMBOLS, UPPER, WIDE_SYMBOLS)
 from kimi_tok.pipeline.pretokenize.unicode_classes import (HAN as HAN_FLAG, LETTER, LOWERISH, NUMBER, UPPERISH,
                                                             WHITESPACE, code_point_flags)
 from tests.api.test_properties import SETTINGS
@@ -144,6 +145,14 @@ WIDE = [chr(c) for c in (0x3000, 0x3001, 0x3004, 0x3005, 0x3007, 0x3008, 0x3011,
                          0xFF21, 0xFF3B, 0xFF40, 0xFF41, 0xFF5B, 0xFF65, 0xFF66)]
 WIDE_WORDS = ["\u3053\u308c\u306fOK", "\u30ab\u30bfB", "\u30ab\u30bfBc", "\u3010\u6ce8\u3011", "\u300c%s\u300d",
               "\u306e's", "\uff08\u4f8b\uff09", "\u3002\n", "\u3001 x", "\u30fc\u30eb", "\uff01\uff01"]
+# Hebrew and Arabic: the ends of the letter and symbol ranges windows take, marks, digits and formats they do not
+RTL = [chr(c) for c in (0x590, 0x591, 0x5BD, 0x5BE, 0x5BF, 0x5C0, 0x5C3, 0x5C6, 0x5C7, 0x5CF, 0x5D0, 0x5EA, 0x5EB,
+                        0x5EF, 0x5F2, 0x5F3, 0x5F4, 0x5F5, 0x600, 0x60C, 0x60F, 0x610, 0x61B, 0x61C, 0x61F, 0x620,
+                        0x63F, 0x640, 0x64A, 0x64B, 0x65F, 0x660, 0x669, 0x66A, 0x66D, 0x66E, 0x670, 0x671, 0x67E,
+                        0x6AF, 0x6CC, 0x6D3, 0x6D4, 0x6D5, 0x6D6, 0x6DD, 0x6E5, 0x6E9, 0x6F0, 0x6FA, 0x6FF, 0x700)]
+RTL_WORDS = ["\u05e9\u05dc\u05d5\u05dd", "\u05e2\u05b4\u05d1", "\u05d0B", "\u05d0Bc", "\u0645\u0631\u062d\u0628\u0627",
+             "\u0643\u062a\u0628\u064e", "\u0627\u0644\u0639\u0631\u0628\u064a\u0629\u061f", "\u00ab%s\u00bb \u0628\u0640",
+             "\u0661\u0662\u0663", "\u060c \u0648"]
 # characters that end what a window decides: whitespace, a mark, a number, Thai, an emoji
 OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
@@ -153,7 +162,7 @@ WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b
 
 
 @pytest.mark.parametrize("letter", LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE
-                         + WIDE_WORDS + OTHER)
+                         + WIDE_WORDS + RTL + RTL_WORDS + OTHER)
 def test_every_window_letter_in_every_context_at_the_window_edges(letter):
     for context in WINDOW_LETTER_CONTEXTS:
         piece = context.replace("{}", letter)
@@ -164,9 +173,9 @@ def test_every_window_letter_in_every_context_at_the_window_edges(letter):
 
 @pytest.mark.parametrize("context", WINDOW_LETTER_CONTEXTS)
 def test_every_code_point_of_the_extended_letter_blocks_in_every_context(context):
-    """Every code point of U+0100-U+04FF, U+1E00-U+1EFF, U+3000-U+30FF and U+FF00-U+FFEF in each context, one after
+    """Every code point of U+0100-U+06FF, U+1E00-U+1EFF, U+3000-U+30FF and U+FF00-U+FFEF in each context, one after
     another in one long text (each lands at many window offsets)."""
-    code_points = [*range(0x100, 0x500), *range(0x1E00, 0x1F00), *range(0x3000, 0x3100), *range(0xFF00, 0xFFF0)]
+    code_points = [*range(0x100, 0x700), *range(0x1E00, 0x1F00), *range(0x3000, 0x3100), *range(0xFF00, 0xFFF0)]
     _check("".join((FILLER * 2)[:k % 67] + context.replace("{}", chr(c)) for k, c in enumerate(code_points)))
 
 
@@ -189,6 +198,20 @@ def test_the_extended_letters_windows_class_are_of_one_case():
         assert flags == LETTER | (UPPERISH if case == UPPER else LOWERISH), hex(cp)
 
 
+def test_the_hebrew_and_arabic_letters_and_symbols_windows_class():
+    """The letters are of both cases, the symbols symbols."""
+    letters = [(lead & 0x1F) << 6 | second & 0x3F for lead, first, count in RTL_LETTERS
+               for second in range(first, first + count)]
+    symbols = [(lead & 0x1F) << 6 | second & 0x3F for lead, first, count in RTL_SYMBOLS
+               for second in range(first, first + count)]
+    assert len(set(letters + symbols)) == len(letters) + len(symbols)
+    for cp in letters:
+        flags = FLAGS[cp] & (LETTER | UPPERISH | LOWERISH | NUMBER | WHITESPACE | HAN_FLAG)
+        assert flags == LETTER | UPPERISH | LOWERISH, hex(cp)
+    for cp in symbols:
+        assert FLAGS[cp] & (LETTER | UPPERISH | LOWERISH | NUMBER | WHITESPACE | HAN_FLAG) == 0, hex(cp)
+
+
 def _three_byte_code_points(ranges) -> list[int]:
     return [(lead & 0xF) << 12 | (second & 0x3F) << 6 | third & 0x3F
             for lead, second, first, count in ranges for third in range(first, first + count)]
@@ -208,12 +231,14 @@ def test_the_kana_and_wide_symbols_windows_class():
 
 window_letter_atoms = st.one_of(
     ascii_atoms, ascii_atoms,
-    st.sampled_from(LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE + WIDE_WORDS + OTHER),
+    st.sampled_from(LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE + WIDE_WORDS + RTL
+                    + RTL_WORDS + OTHER),
     st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", " \u00bb%s\u00ab ", "\u00bbWort\u00ab", "\u00a7 3",
                      "\u201eWort\u201c", "l\u2019homme", "x \u2013 y", "\u2026\n", "\u00e9's", "x\u00d7y", "\u00f7",
                      "\ud55c\uad6dX", "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
     st.characters(min_codepoint=0x80, max_codepoint=0x24F), st.characters(min_codepoint=0xAC00, max_codepoint=0xD7FF),
     st.characters(min_codepoint=0x370, max_codepoint=0x52F), st.characters(min_codepoint=0x1DF0, max_codepoint=0x1F0F),
+    st.characters(min_codepoint=0x580, max_codepoint=0x70F),
     st.characters(min_codepoint=0x3000, max_codepoint=0x30FF), st.characters(min_codepoint=0xFF00, max_codepoint=0xFFEF),
     st.characters(min_codepoint=0x3300, max_codepoint=0xA0FF))
 
@@ -232,8 +257,8 @@ def test_long_random_texts_of_every_window_class(seed):
     """Long texts of random atoms (tricky ASCII, every letter windows take, their neighbours, whitespace with
     newlines): windows start after every kind of character, in every state."""
     rng = random.Random(seed)
-    atoms = (TRICKY + LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE + WIDE_WORDS + OTHER
-             + WHITESPACE_MIXES * 4
+    atoms = (TRICKY + LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE + WIDE_WORDS + RTL
+             + RTL_WORDS + OTHER + WHITESPACE_MIXES * 4
              + ["word", "Word", " the", "123"] * 8)
     _check("".join(rng.choice(atoms) for _ in range(20_000)))
 

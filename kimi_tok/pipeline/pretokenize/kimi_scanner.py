@@ -25,7 +25,8 @@ from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
 from ...native.simd import (BLOCK_BYTES, ascii_classes, cyrillic_classes, extended_additional_classes, greek_classes,
                             han_classes, hangul_classes, highest_set_bit, kana_letters, latin1_classes,
-                            latin_extended_classes, lead_groups, lowest_set_bit, punctuation_classes, wide_symbols)
+                            latin_extended_classes, lead_groups, lowest_set_bit, punctuation_classes, rtl_letters,
+                            rtl_symbols, wide_symbols)
 from ...native.utf8 import ASCII_END, code_point_at, sequence_length
 from ...vocab.kimi_k3 import KIMI_PATTERN
 from .unicode_classes import HAN, LETTER, LOWERISH, NUMBER, UPPERISH, WHITESPACE, code_point_flags
@@ -356,16 +357,17 @@ def count_text_bytes(run_start, run_end, run_special):
 # letters of one case of Latin Extended-A and -B, Greek and Cyrillic (two bytes) and Latin Extended Additional
 # (three bytes: Vietnamese) that ``native.simd`` lists; a window computes the classes of a script only where one
 # of its lead bytes is (``lead_groups``). The symbols among U+00A1-U+00BF (``C2 xx``: guillemets, section sign,
-# ...), U+2010-U+2027 (``E2 80 xx``: dashes, quotation marks, the ellipsis) and the CJK and full-width symbols
-# ``native.simd.WIDE_SYMBOLS`` lists (、。「」（），：) take part as symbol bytes; a prefix of one such character ends at
-# its last byte, the byte before the letter it goes with. Hangul syllables (three bytes, ``hangul_classes``) and
-# kana (``kana_letters``; not the voicing marks, which are symbols after a symbol) are letters of both cases (Lo,
-# Lm): they take part as lowercase ones, which gives the same pieces unless an uppercase letter follows one (in
-# ``한Bc`` the ``B`` continues the piece, in ``한B`` it starts one: a look ahead), so the window's starts end before
-# such a letter. The Han ideographs U+3400-U+4DBF and U+4E00-U+9FFF (three bytes, ``han_classes``) are a class of
-# their own, neither letters, digits, whitespace nor symbols. Any other byte of 0x80 or more (another character,
-# or one the window's end cuts) ends them two bytes before it. The rules, with ``prev`` the byte before (and as in
-# the alternatives):
+# ...), the Hebrew and Arabic punctuation ``native.simd.RTL_SYMBOLS`` lists, U+2010-U+2027 (``E2 80 xx``: dashes,
+# quotation marks, the ellipsis) and the CJK and full-width symbols ``native.simd.WIDE_SYMBOLS`` lists (、。「」（），：)
+# take part as symbol bytes; a prefix of one such character ends at its last byte, the byte before the letter it
+# goes with. Hangul syllables (three bytes, ``hangul_classes``), kana (``kana_letters``; not the voicing marks,
+# which are symbols after a symbol) and the Hebrew and Arabic letters (two bytes, ``rtl_letters``; not their
+# marks) are letters of both cases (Lo, Lm): they take part as lowercase ones, which gives the same pieces unless
+# an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in ``한B`` it starts one: a look
+# ahead), so the window's starts end before such a letter. The Han ideographs U+3400-U+4DBF and U+4E00-U+9FFF
+# (three bytes, ``han_classes``) are a class of their own, neither letters, digits, whitespace nor symbols. Any
+# other byte of 0x80 or more (another character, or one the window's end cuts) ends them two bytes before it. The
+# rules, with ``prev`` the byte before (and as in the alternatives):
 #
 # * a letter starts a piece unless the letter before is a lowercase one and it is not uppercase (2-3),
 #   or the byte before is a prefix ``[^\r\n\p{L}\p{N}]`` that itself starts a piece: a blank always
@@ -463,23 +465,23 @@ def _window_starts(buf, base):
     white = blank | newline
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
-    ideograph = han = unclassed = latin1_symbol = punctuation = both_cases = np.uint64(0)
+    ideograph = han = unclassed = symbol_second = punctuation = both_cases = np.uint64(0)
     if high != 0:  # the characters of the lead groups below are classed; others end the window's starts
         latin1_leads, punctuation_leads, hangul_leads, han_leads, latin_extended_leads, greek_leads, cyrillic_leads, \
-            additional_leads, kana_leads, fullwidth_leads = lead_groups(buf, base)
+            additional_leads, kana_leads, fullwidth_leads, rtl_leads = lead_groups(buf, base)
         early = high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)
         if early != 0:
             known = (latin1_leads | punctuation_leads | hangul_leads | han_leads | latin_extended_leads | greek_leads
-                     | cyrillic_leads | additional_leads | kana_leads | fullwidth_leads)
+                     | cyrillic_leads | additional_leads | kana_leads | fullwidth_leads | rtl_leads)
             if (known & _bit(lowest_set_bit(early))) == 0:  # the first character after the window's start
-                return np.uint64(0), -1, 0  # no start could be final (kana, Thai, Arabic, ...)
+                return np.uint64(0), -1, 0  # no start could be final (Thai, Devanagari, ...)
         if latin1_leads != 0:
             lead, upper_tail, lower_tail, symbol_lead, symbol_tail = latin1_classes(buf, base)
             upper_tail &= lead << one
             lower_tail &= lead << one
             upper |= upper_tail | (upper_tail >> one)
             lower |= lower_tail | (lower_tail >> one)
-            latin1_symbol = symbol_tail & (symbol_lead << one)  # second bytes; the symbol mask below takes both
+            symbol_second = symbol_tail & (symbol_lead << one)  # second bytes of two-byte symbols
         if latin_extended_leads != 0:
             first_upper, first_lower = latin_extended_classes(buf, base)
             upper |= first_upper | (first_upper << one)
@@ -506,17 +508,23 @@ def _window_starts(buf, base):
         if kana_leads != 0:
             both_cases |= kana_letters(buf, base)[0]
         lower |= both_cases | (both_cases << one) | (both_cases << np.uint64(2))
+        both_cases_ahead = both_cases << np.uint64(3)  # the byte after a three-byte letter of both cases
+        if rtl_leads != 0:  # Hebrew and Arabic: two-byte letters of both cases, two-byte symbols
+            rtl = rtl_letters(buf, base)[0]
+            lower |= rtl | (rtl << one)
+            both_cases_ahead |= rtl << np.uint64(2)
+            symbol_second |= rtl_symbols(buf, base)[0] << one
         if han_leads != 0:
             ideograph = han_ideographs(buf, base)
             han = ideograph | (ideograph << one) | (ideograph << np.uint64(2))
         # bytes of other characters, or of ones the window's end cuts: a start needs the byte after it
-        symbol_bytes = latin1_symbol | (latin1_symbol >> one) | punctuation | (punctuation << one) | (
+        symbol_bytes = symbol_second | (symbol_second >> one) | punctuation | (punctuation << one) | (
             punctuation << np.uint64(2))
         unclassed = high & ~(upper | lower | han | symbol_bytes) & ~LOW_THREE_BITS
         if unclassed != 0:
             unclassed_at = lowest_set_bit(unclassed)
             limit = unclassed_at - 2
-        ahead = (both_cases << np.uint64(3)) & upper  # an uppercase letter right after a syllable or kana
+        ahead = both_cases_ahead & upper  # an uppercase letter right after a letter of both cases
         if ahead != 0:
             limit = min(limit, lowest_set_bit(ahead) - 1)
         if limit < WINDOW_FIRST_BIT:
@@ -538,7 +546,7 @@ def _window_starts(buf, base):
     symbol_start = symbol & ~(symbol << one) & ~(space << one)
     prefix_start = blank | ((symbol_start | after | FOURTH_BIT) & symbol)
     # a letter right after a prefix of one character goes with it: a prefix ends at its character's last byte
-    prefix_last = ((prefix_start & ~((latin1_symbol >> one) | punctuation)) | ((prefix_start << one) & latin1_symbol)
+    prefix_last = ((prefix_start & ~((symbol_second >> one) | punctuation)) | ((prefix_start << one) & symbol_second)
                    | ((prefix_start & punctuation) << np.uint64(2)))
     letter_start = letter & ((upper & (lower << one)) | (~(letter << one) & ~(prefix_last << one)))
     digit_start = (digit & ~(digit << one)) | (digit & FOURTH_BIT)
