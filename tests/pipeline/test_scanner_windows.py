@@ -151,8 +151,8 @@ RTL = [chr(c) for c in (0x590, 0x591, 0x5BD, 0x5BE, 0x5BF, 0x5C0, 0x5C3, 0x5C6, 
                         0x63F, 0x640, 0x64A, 0x64B, 0x65F, 0x660, 0x669, 0x66A, 0x66D, 0x66E, 0x670, 0x671, 0x67E,
                         0x6AF, 0x6CC, 0x6D3, 0x6D4, 0x6D5, 0x6D6, 0x6DD, 0x6E5, 0x6E9, 0x6F0, 0x6FA, 0x6FF, 0x700)]
 RTL_WORDS = ["\u05e9\u05dc\u05d5\u05dd", "\u05e2\u05b4\u05d1", "\u05d0B", "\u05d0Bc", "\u0645\u0631\u062d\u0628\u0627",
-             "\u0643\u062a\u0628\u064e", "\u0627\u0644\u0639\u0631\u0628\u064a\u0629\u061f", "\u00ab%s\u00bb \u0628\u0640",
-             "\u0661\u0662\u0663", "\u060c \u0648"]
+             "\u0643\u062a\u0628\u064e", "\u0627\u0644\u0639\u0631\u0628\u064a\u0629\u061f",
+             "\u00ab%s\u00bb \u0628\u0640", "\u0661\u0662\u0663", "\u060c \u0648"]
 # characters that end what a window decides: whitespace, a mark, a number, Thai, an emoji
 OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
@@ -238,8 +238,8 @@ window_letter_atoms = st.one_of(
                      "\ud55c\uad6dX", "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
     st.characters(min_codepoint=0x80, max_codepoint=0x24F), st.characters(min_codepoint=0xAC00, max_codepoint=0xD7FF),
     st.characters(min_codepoint=0x370, max_codepoint=0x52F), st.characters(min_codepoint=0x1DF0, max_codepoint=0x1F0F),
-    st.characters(min_codepoint=0x580, max_codepoint=0x70F),
-    st.characters(min_codepoint=0x3000, max_codepoint=0x30FF), st.characters(min_codepoint=0xFF00, max_codepoint=0xFFEF),
+    st.characters(min_codepoint=0x580, max_codepoint=0x70F), st.characters(min_codepoint=0x3000, max_codepoint=0x30FF),
+    st.characters(min_codepoint=0xFF00, max_codepoint=0xFFEF),
     st.characters(min_codepoint=0x3300, max_codepoint=0xA0FF))
 
 
