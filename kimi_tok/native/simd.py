@@ -91,16 +91,17 @@ LATIN1_SYMBOL_LEAD = 0xC2  # the first byte of U+0080-U+00BF
 # U+00A1-U+00A9, U+00AB-U+00B1 (the guillemets, the soft hyphen), U+00B4, U+00B6-U+00B8, U+00BB, U+00BF; not
 # U+00A0 (a space), U+00AA, U+00B5, U+00BA (letters), U+00B2, U+00B3, U+00B9, U+00BC-U+00BE (numbers)
 LATIN1_SYMBOL_TAILS = ((0xA1, 9), (0xAB, 7), (0xB4, 1), (0xB6, 3), (0xBB, 1), (0xBF, 1))
+NO_BREAK_SPACE_TAIL = 0xA0  # U+00A0 is C2 A0
 
 
 @intrinsic
 def latin1_classes(typingctx, buf, at):
-    """Five ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, for the letters U+00C0-U+00FF
+    """Six ``uint64`` masks of the 64 bytes ``buf[at:at + 64]``, for the letters U+00C0-U+00FF
     (``C3 80``-``C3 BF`` in UTF-8; not U+00D7 and U+00F7, which are symbols) and the symbols among
     U+00A1-U+00BF (``C2 A1``-``C2 BF``, ``LATIN1_SYMBOL_TAILS``): bytes ``0xC3``, the second bytes of
-    uppercase letters (``80``-``9E``) and those of lowercase ones (``9F``-``BF``), bytes ``0xC2`` and
-    the second bytes of those symbols. A second byte counts only where its first byte is right
-    before it; the caller checks that."""
+    uppercase letters (``80``-``9E``) and those of lowercase ones (``9F``-``BF``), bytes ``0xC2``,
+    the second bytes of those symbols and bytes ``A0`` (the no-break space's second byte). A second
+    byte counts only where its first byte is right before it; the caller checks that."""
 
     def masks_of(builder, v):
         def not_equal(byte: int):
@@ -112,9 +113,10 @@ def latin1_classes(typingctx, buf, at):
         return [builder.icmp_unsigned("==", v, _splat(LATIN1_LEAD)),
                 builder.and_(_in_range(builder, v, *UPPER_TAIL), not_equal(MULTIPLY)),
                 builder.and_(_in_range(builder, v, *LOWER_TAIL), not_equal(DIVIDE)),
-                builder.icmp_unsigned("==", v, _splat(LATIN1_SYMBOL_LEAD)), symbol_tail]
+                builder.icmp_unsigned("==", v, _splat(LATIN1_SYMBOL_LEAD)), symbol_tail,
+                builder.icmp_unsigned("==", v, _splat(NO_BREAK_SPACE_TAIL))]
 
-    return _block_masks(buf, at, 5, masks_of)
+    return _block_masks(buf, at, 6, masks_of)
 
 
 PUNCTUATION_LEAD, PUNCTUATION_SECOND = 0xE2, 0x80  # U+2000-U+203F

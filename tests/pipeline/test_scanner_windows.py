@@ -7,8 +7,8 @@ prefixes, case changes) placed at every offset of a window, plus hypothesis-gene
 with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state. Windows
 also take the two-byte letters U+00C0-U+00FF and symbols among U+00A1-U+00BF, the symbols U+2010-U+2027,
 the letters of one case among Latin Extended-A and -B, Greek, Cyrillic and Latin Extended Additional, the
-Hangul syllables, the kana, the Hebrew and Arabic letters and symbols, CJK and full-width symbols and the Han
-ideographs: each of those letters and symbols (every code point of U+0100-U+06FF, U+1E00-U+1EFF, U+3000-U+30FF
+Hangul syllables, the kana, the Hebrew and Arabic letters and symbols, CJK and full-width symbols, the no-break
+space and the Han ideographs: each of those letters and symbols (every code point of U+0100-U+06FF, U+1E00-U+1EFF, U+3000-U+30FF
 and U+FF00-U+FFEF in every context), the
 syllables and ideographs at the ends of their ranges, and the code points around them that windows leave to the
 byte-wise path, in every context at the window's edges.
@@ -153,6 +153,12 @@ RTL = [chr(c) for c in (0x590, 0x591, 0x5BD, 0x5BE, 0x5BF, 0x5C0, 0x5C3, 0x5C6, 
 RTL_WORDS = ["\u05e9\u05dc\u05d5\u05dd", "\u05e2\u05b4\u05d1", "\u05d0B", "\u05d0Bc", "\u0645\u0631\u062d\u0628\u0627",
              "\u0643\u062a\u0628\u064e", "\u0627\u0644\u0639\u0631\u0628\u064a\u0629\u061f",
              "\u00ab%s\u00bb \u0628\u0640", "\u0661\u0662\u0663", "\u060c \u0648"]
+# the no-break space (windows take one with no whitespace right before or after it) beside everything it meets in
+# French and around other whitespace
+NO_BREAK = ["mot\u00a0:", "\u00a0\u00a0", "x\u00a0\u00a0y", " \u00a0x", "\u00a0 x", "\u00a0  x", "\t\u00a0x",
+            "\u00a0\n", "\n\u00a0", "\u00a0\n\u00a0x", "\u00a0's", "x\u00a0'S", "1\u00a0000", "\u00a0\u3000",
+            "\u00a0\u2009:", "\u202f\u00a0x", "\u00a0\u00c9t\u00e9", "\u00a0Ab", "\u00a0AB", "\u00a0\uac00B",
+            "\u00a0\u4e2d", "\u00a0\u00bb", "\u00a0\u2014", ":\u00a0", "(\u00a0)", "\u00a0%s", "\u00a0\u0301"]
 # characters that end what a window decides: whitespace, a mark, a number, Thai, an emoji
 OTHER = ["\u3000", "\u2028", "\u0085", "\u0301", "\u00b2", "\u0e01", "\U0001f600", "\u00e9\u0301"]
 WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b", "1{}2", "({})", "{}\n",
@@ -162,7 +168,7 @@ WINDOW_LETTER_CONTEXTS = ["x{}y", "X{}Y", "{}{}", " {}'s", "{}'S", "a{}B", "A{}b
 
 
 @pytest.mark.parametrize("letter", LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE
-                         + WIDE_WORDS + RTL + RTL_WORDS + OTHER)
+                         + WIDE_WORDS + RTL + RTL_WORDS + NO_BREAK + OTHER)
 def test_every_window_letter_in_every_context_at_the_window_edges(letter):
     for context in WINDOW_LETTER_CONTEXTS:
         piece = context.replace("{}", letter)
@@ -232,7 +238,7 @@ def test_the_kana_and_wide_symbols_windows_class():
 window_letter_atoms = st.one_of(
     ascii_atoms, ascii_atoms,
     st.sampled_from(LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE + WIDE_WORDS + RTL
-                    + RTL_WORDS + OTHER),
+                    + RTL_WORDS + NO_BREAK + OTHER),
     st.sampled_from(["Stra\u00dfe", "\u00c4\u00d6\u00dc", " \u00bb%s\u00ab ", "\u00bbWort\u00ab", "\u00a7 3",
                      "\u201eWort\u201c", "l\u2019homme", "x \u2013 y", "\u2026\n", "\u00e9's", "x\u00d7y", "\u00f7",
                      "\ud55c\uad6dX", "\u5931\u6557: %s\n\n", "'%s' \u7684", "\u4e2d\u6587 abc"]),
@@ -258,7 +264,7 @@ def test_long_random_texts_of_every_window_class(seed):
     newlines): windows start after every kind of character, in every state."""
     rng = random.Random(seed)
     atoms = (TRICKY + LATIN1 + PUNCTUATION + HANGUL + HAN + EXTENDED + EXTENDED_WORDS + WIDE + WIDE_WORDS + RTL
-             + RTL_WORDS + OTHER + WHITESPACE_MIXES * 4
+             + RTL_WORDS + NO_BREAK + OTHER + WHITESPACE_MIXES * 4
              + ["word", "Word", " the", "123"] * 8)
     _check("".join(rng.choice(atoms) for _ in range(20_000)))
 

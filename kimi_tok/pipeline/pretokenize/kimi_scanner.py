@@ -365,9 +365,12 @@ def count_text_bytes(run_start, run_end, run_special):
 # marks) are letters of both cases (Lo, Lm): they take part as lowercase ones, which gives the same pieces unless
 # an uppercase letter follows one (in ``한Bc`` the ``B`` continues the piece, in ``한B`` it starts one: a look
 # ahead), so the window's starts end before such a letter. The Han ideographs U+3400-U+4DBF and U+4E00-U+9FFF
-# (three bytes, ``han_classes``) are a class of their own, neither letters, digits, whitespace nor symbols. Any
-# other byte of 0x80 or more (another character, or one the window's end cuts) ends them two bytes before it. The
-# rules, with ``prev`` the byte before (and as in the alternatives):
+# (three bytes, ``han_classes``) are a class of their own, neither letters, digits, whitespace nor symbols. A
+# no-break space (U+00A0, ``C2 A0``: French puts one before ``:`` and inside guillemets) with no whitespace right
+# before or after it is a blank of its own: it starts a piece, is a prefix that ends at its second byte, and, not
+# being the space, joins no symbol after it. Any other byte of 0x80 or more (another character, or one the
+# window's end cuts) ends them two bytes before it. The rules, with ``prev`` the byte before (and as in the
+# alternatives):
 #
 # * a letter starts a piece unless the letter before is a lowercase one and it is not uppercase (2-3),
 #   or the byte before is a prefix ``[^\r\n\p{L}\p{N}]`` that itself starts a piece: a blank always
@@ -465,7 +468,7 @@ def _window_starts(buf, base):
     white = blank | newline
     limit = WINDOW_LAST_BIT
     unclassed_at = BLOCK_BYTES
-    ideograph = han = unclassed = symbol_second = punctuation = both_cases = np.uint64(0)
+    ideograph = han = unclassed = symbol_second = no_break_second = punctuation = both_cases = np.uint64(0)
     if high != 0:  # the characters of the lead groups below are classed; others end the window's starts
         latin1_leads, punctuation_leads, hangul_leads, han_leads, latin_extended_leads, greek_leads, cyrillic_leads, \
             additional_leads, kana_leads, fullwidth_leads, rtl_leads = lead_groups(buf, base)
@@ -476,12 +479,20 @@ def _window_starts(buf, base):
             if (known & _bit(lowest_set_bit(early))) == 0:  # the first character after the window's start
                 return np.uint64(0), -1, 0  # no start could be final (Thai, Devanagari, ...)
         if latin1_leads != 0:
-            lead, upper_tail, lower_tail, symbol_lead, symbol_tail = latin1_classes(buf, base)
+            lead, upper_tail, lower_tail, symbol_lead, symbol_tail, space_tail = latin1_classes(buf, base)
             upper_tail &= lead << one
             lower_tail &= lead << one
             upper |= upper_tail | (upper_tail >> one)
             lower |= lower_tail | (lower_tail >> one)
             symbol_second = symbol_tail & (symbol_lead << one)  # second bytes of two-byte symbols
+            # no-break spaces (first bytes) with neither whitespace nor another one right before or after: each is
+            # a blank that starts a piece, a prefix, and joins no symbol; its second byte starts nothing
+            no_break = symbol_lead & (space_tail >> one)
+            around = white | no_break | (no_break << one)
+            no_break &= ~(around << one) & ~(around >> np.uint64(2))
+            blank |= no_break
+            white |= no_break | (no_break << one)
+            no_break_second = no_break << one
         if latin_extended_leads != 0:
             first_upper, first_lower = latin_extended_classes(buf, base)
             upper |= first_upper | (first_upper << one)
@@ -520,7 +531,7 @@ def _window_starts(buf, base):
         # bytes of other characters, or of ones the window's end cuts: a start needs the byte after it
         symbol_bytes = symbol_second | (symbol_second >> one) | punctuation | (punctuation << one) | (
             punctuation << np.uint64(2))
-        unclassed = high & ~(upper | lower | han | symbol_bytes) & ~LOW_THREE_BITS
+        unclassed = high & ~(upper | lower | han | symbol_bytes | white) & ~LOW_THREE_BITS
         if unclassed != 0:
             unclassed_at = lowest_set_bit(unclassed)
             limit = unclassed_at - 2
@@ -546,7 +557,8 @@ def _window_starts(buf, base):
     symbol_start = symbol & ~(symbol << one) & ~(space << one)
     prefix_start = blank | ((symbol_start | after | FOURTH_BIT) & symbol)
     # a letter right after a prefix of one character goes with it: a prefix ends at its character's last byte
-    prefix_last = ((prefix_start & ~((symbol_second >> one) | punctuation)) | ((prefix_start << one) & symbol_second)
+    two_byte_second = symbol_second | no_break_second
+    prefix_last = ((prefix_start & ~((two_byte_second >> one) | punctuation)) | ((prefix_start << one) & two_byte_second)
                    | ((prefix_start & punctuation) << np.uint64(2)))
     letter_start = letter & ((upper & (lower << one)) | (~(letter << one) & ~(prefix_last << one)))
     digit_start = (digit & ~(digit << one)) | (digit & FOURTH_BIT)
