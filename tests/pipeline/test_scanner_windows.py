@@ -1,17 +1,16 @@
-"""The Kimi scanner's 64-byte ASCII windows (``kimi_scanner._window_starts``) cut exactly where the
-PCRE2 JIT regex does.
+"""The Kimi scanner's 64-byte windows (``kimi_scanner._window_starts``) cut exactly where the PCRE2 JIT
+regex does.
 
-Windows run only inside text runs longer than 67 bytes, so these texts are long: every tricky
-ASCII sequence (contractions, digit runs, whitespace runs with and without newlines, symbol runs,
-prefixes, case changes) placed at every offset of a window, plus hypothesis-generated ASCII texts,
-with non-ASCII bytes sprinkled in so windows and the byte-wise path hand over in every state. Windows
-also take the two-byte letters U+00C0-U+00FF and symbols among U+00A1-U+00BF, the symbols U+2010-U+2027,
-the letters of one case among Latin Extended-A and -B, Greek, Cyrillic and Latin Extended Additional, the
-Hangul syllables, the kana, the Hebrew and Arabic letters and symbols, CJK and full-width symbols, the no-break
-space and the Han ideographs: each of those letters and symbols (every code point of U+0100-U+06FF, U+1E00-U+1EFF, U+3000-U+30FF
-and U+FF00-U+FFEF in every context), the
-syllables and ideographs at the ends of their ranges, and the code points around them that windows leave to the
-byte-wise path, in every context at the window's edges.
+Windows run only inside text runs longer than 67 bytes, so these texts are long: every tricky ASCII sequence
+(contractions, digit runs, whitespace runs with and without newlines, symbol runs, prefixes, case changes)
+placed at every offset of a window, plus hypothesis-generated ASCII texts, with non-ASCII bytes sprinkled in
+so windows and the byte-wise path hand over in every state. Windows also take the two-byte letters
+U+00C0-U+00FF and symbols among U+00A1-U+00BF, the symbols U+2010-U+2027, the letters of one case among Latin
+Extended-A and -B, Greek, Cyrillic and Latin Extended Additional, the Hangul syllables, the kana, the Hebrew
+and Arabic letters and symbols, CJK and full-width symbols, the no-break space and the Han ideographs: each of
+those letters and symbols (every code point of U+0100-U+06FF, U+1E00-U+1EFF, U+3000-U+30FF and U+FF00-U+FFEF
+in every context), the syllables and ideographs at the ends of their ranges, and the code points around them
+that windows leave to the byte-wise path, in every context at the window's edges.
 """
 
 from __future__ import annotations

@@ -554,8 +554,8 @@ def _window_starts(buf, base):
     prefix_start = blank | ((symbol_start | after | FOURTH_BIT) & symbol)
     # a letter right after a prefix of one character goes with it: a prefix ends at its character's last byte
     two_byte_second = symbol_second | no_break_second
-    prefix_last = ((prefix_start & ~((two_byte_second >> one) | punctuation)) | ((prefix_start << one) & two_byte_second)
-                   | ((prefix_start & punctuation) << np.uint64(2)))
+    prefix_last = ((prefix_start & ~((two_byte_second >> one) | punctuation))
+                   | ((prefix_start << one) & two_byte_second) | ((prefix_start & punctuation) << np.uint64(2)))
     letter_start = letter & ((upper & (lower << one)) | (~(letter << one) & ~(prefix_last << one)))
     digit_start = (digit & ~(digit << one)) | (digit & FOURTH_BIT)
     digit_start &= ~LOW_THREE_BITS
