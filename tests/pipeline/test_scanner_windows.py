@@ -27,9 +27,9 @@ import kimi_tok
 from kimi_tok import KIMI_PATTERN
 from kimi_tok.pipeline.pretokenize import RegexPreTokenizer
 from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
-from kimi_tok.native.simd import (EVEN, EXTENDED_ADDITIONAL_LEAD, EXTENDED_ADDITIONAL_LETTERS, GREEK_CYRILLIC_LETTERS,
-                                  KANA, LATIN1_SYMBOL_TAILS, LATIN_EXTENDED_LETTERS, LOWER, ODD, PUNCTUATION_THIRD,
-                                  RTL_LETTERS, RTL_SYMBOLS, UPPER, WIDE_SYMBOLS)
+from kimi_tok.native.simd import (CYRILLIC_LETTERS, EVEN, EXTENDED_ADDITIONAL_LEAD, EXTENDED_ADDITIONAL_LETTERS,
+                                  GREEK_LETTERS, KANA, LATIN1_SYMBOL_TAILS, LATIN_EXTENDED_LETTERS, LOWER, ODD,
+                                  PUNCTUATION_THIRD, RTL_LETTERS, RTL_SYMBOLS, UPPER, WIDE_SYMBOLS)
 from kimi_tok.pipeline.pretokenize.unicode_classes import (HAN as HAN_FLAG, LETTER, LOWERISH, NUMBER, UPPERISH,
                                                             WHITESPACE, code_point_flags)
 from tests.api.test_properties import SETTINGS
@@ -188,13 +188,13 @@ def test_the_extended_letters_windows_class_are_of_one_case():
     """``native.simd``'s letter tables against the flag table the byte-wise path reads: every letter windows take
     as uppercase is one of the pattern's uppercase-only letters, likewise lowercase."""
     cases = {}
-    for lead, first, count, case in LATIN_EXTENDED_LETTERS + GREEK_CYRILLIC_LETTERS:
+    for lead, first, count, case in LATIN_EXTENDED_LETTERS + GREEK_LETTERS + CYRILLIC_LETTERS:
         for tail in range(first, first + count):
             cases[(lead & 0x1F) << 6 | tail & 0x3F] = case, tail
     for second, first, count, case in EXTENDED_ADDITIONAL_LETTERS:
         for tail in range(first, first + count):
             cases[(EXTENDED_ADDITIONAL_LEAD & 0xF) << 12 | (second & 0x3F) << 6 | tail & 0x3F] = case, tail
-    ranges = LATIN_EXTENDED_LETTERS + GREEK_CYRILLIC_LETTERS + EXTENDED_ADDITIONAL_LETTERS
+    ranges = LATIN_EXTENDED_LETTERS + GREEK_LETTERS + CYRILLIC_LETTERS + EXTENDED_ADDITIONAL_LETTERS
     assert len(cases) == sum(count for _, _, count, _ in ranges)  # no range overlaps another
     for cp, (case, tail) in cases.items():
         if case in (EVEN, ODD):

@@ -23,7 +23,7 @@ import numpy as np
 
 from ...native.hugepages import in_huge_pages
 from ...native.jit import index, kernel, leaf, leaf_inline
-from ...native.simd import (BLOCK_BYTES, ascii_classes, extended_additional_classes, greek_cyrillic_classes,
+from ...native.simd import (BLOCK_BYTES, ascii_classes, cyrillic_classes, extended_additional_classes, greek_classes,
                             han_classes, hangul_classes, highest_set_bit, kana_letters, latin1_classes,
                             latin_extended_classes, lead_groups, lowest_set_bit, punctuation_classes, rtl_letters,
                             rtl_symbols, wide_symbols)
@@ -470,12 +470,12 @@ def _window_starts(buf, base):
     unclassed_at = BLOCK_BYTES
     ideograph = han = unclassed = symbol_second = no_break_second = punctuation = both_cases = np.uint64(0)
     if high != 0:  # the characters of the lead groups below are classed; others end the window's starts
-        latin1_leads, punctuation_leads, hangul_leads, han_leads, latin_extended_leads, greek_cyrillic_leads, \
+        latin1_leads, punctuation_leads, hangul_leads, han_leads, latin_extended_leads, greek_leads, cyrillic_leads, \
             additional_leads, kana_leads, fullwidth_leads, rtl_leads = lead_groups(buf, base)
         early = high & ~LOW_THREE_BITS & (_bit(WINDOW_FIRST_BIT + 2) - one)
         if early != 0:
-            known = (latin1_leads | punctuation_leads | hangul_leads | han_leads | latin_extended_leads
-                     | greek_cyrillic_leads | additional_leads | kana_leads | fullwidth_leads | rtl_leads)
+            known = (latin1_leads | punctuation_leads | hangul_leads | han_leads | latin_extended_leads | greek_leads
+                     | cyrillic_leads | additional_leads | kana_leads | fullwidth_leads | rtl_leads)
             if (known & _bit(lowest_set_bit(early))) == 0:  # the first character after the window's start
                 return np.uint64(0), -1, 0  # no start could be final (Thai, Devanagari, ...)
         if latin1_leads != 0:
@@ -497,8 +497,12 @@ def _window_starts(buf, base):
             first_upper, first_lower = latin_extended_classes(buf, base)
             upper |= first_upper | (first_upper << one)
             lower |= first_lower | (first_lower << one)
-        if greek_cyrillic_leads != 0:
-            first_upper, first_lower = greek_cyrillic_classes(buf, base)
+        if greek_leads != 0:
+            first_upper, first_lower = greek_classes(buf, base)
+            upper |= first_upper | (first_upper << one)
+            lower |= first_lower | (first_lower << one)
+        if cyrillic_leads != 0:
+            first_upper, first_lower = cyrillic_classes(buf, base)
             upper |= first_upper | (first_upper << one)
             lower |= first_lower | (first_lower << one)
         if additional_leads != 0:
