@@ -417,3 +417,106 @@ def narrowed_block(typingctx, units, at, out, out_at):
         return builder.zext(builder.bitcast(high, ir.IntType(lanes)), ir.IntType(64))
 
     return types.uint64(units, at, out, out_at), codegen
+
+
+UTF8_BLOCK_UNITS = 16  # code units a utf8_block transcodes: 16 lanes of 32 bits, at most 64 UTF-8 bytes
+BYTE_COMPRESS_FEATURE = "+avx512vbmi2"  # vpcompressb
+
+
+def _compiles_byte_compress(context) -> bool:
+    """Whether the kernels are compiled for a CPU with AVX-512 VBMI2 (the features numba's codegen targets,
+    ``NUMBA_CPU_FEATURES`` included)."""
+    features = getattr(context.codegen(), "_tm_features", "") or ""
+    return BYTE_COMPRESS_FEATURE in features.split(",")
+
+
+@intrinsic
+def has_byte_compress(typingctx):
+    """A compile-time constant: whether ``utf8_block`` is one vector byte compress (AVX-512 VBMI2) on the CPU
+    the kernels are compiled for. Elsewhere LLVM emits ``utf8_block`` as a branch per byte, so callers take
+    it only where this is true (the other branch is compiled away)."""
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(ir.IntType(1), int(_compiles_byte_compress(context)))
+
+    return types.boolean(), codegen
+
+
+def _function(builder, name: str, return_type, arg_types):
+    """The function ``name`` of the builder's module, declared if it is not yet."""
+    try:
+        return builder.module.get_global(name)
+    except KeyError:
+        return ir.Function(builder.module, ir.FunctionType(return_type, arg_types), name)
+
+
+def _splat32(value: int) -> ir.Constant:
+    return ir.Constant(ir.VectorType(ir.IntType(32), UTF8_BLOCK_UNITS), [value] * UTF8_BLOCK_UNITS)
+
+
+def _utf8_lanes(builder, c):
+    """Each code point of the ``<16 x i32>`` vector ``c`` as its UTF-8 in the low bytes of its lane (little
+    endian: the lead byte lowest), and a lane of 0xFF for each byte that is part of it."""
+    def tail(shift: int):  # a continuation byte: 10xxxxxx of the bits from `shift` up
+        bits = builder.lshr(c, _splat32(shift)) if shift else c
+        return builder.or_(builder.and_(bits, _splat32(0x3F)), _splat32(0x80))
+
+    def lead(marker: int, shift: int):
+        return builder.or_(builder.lshr(c, _splat32(shift)), _splat32(marker))
+
+    def at(byte, k: int):
+        return builder.shl(byte, _splat32(8 * k)) if k else byte
+
+    two = builder.or_(lead(0xC0, 6), at(tail(0), 1))
+    three = builder.or_(builder.or_(lead(0xE0, 12), at(tail(6), 1)), at(tail(0), 2))
+    four = builder.or_(builder.or_(lead(0xF0, 18), at(tail(12), 1)), builder.or_(at(tail(6), 2), at(tail(0), 3)))
+    below = [builder.icmp_unsigned("<", c, _splat32(end)) for end in (0x80, 0x800, 0x10000)]
+    encoded = builder.select(below[0], c, builder.select(below[1], two, builder.select(below[2], three, four)))
+    kept = builder.select(below[0], _splat32(0xFF), builder.select(
+        below[1], _splat32(0xFFFF), builder.select(below[2], _splat32(0xFFFFFF), _splat32(-1))))
+    return encoded, kept
+
+
+@intrinsic
+def utf8_block(typingctx, units, at, out, out_at):
+    """The UTF-8 of the 16 code units ``units[at:at + 16]`` (a C-contiguous ``uint8``, ``uint16`` or ``uint32``
+    array, as a str stores its characters) stored at ``out[out_at:]`` (a ``uint8`` array with 64 bytes from
+    ``out_at``; the bytes past the UTF-8 mean nothing); returns the UTF-8's length, or -1 when a unit is a
+    surrogate (which UTF-8 cannot encode). Each unit becomes one to four bytes in a 32-bit lane and one byte
+    compress keeps the bytes in use (``has_byte_compress`` says whether that is one instruction)."""
+    if not (isinstance(units, types.Array) and units.dtype in (types.uint8, types.uint16, types.uint32)
+            and units.layout == "C" and isinstance(out, types.Array) and out.dtype == types.uint8
+            and out.layout == "C" and isinstance(at, types.Integer) and isinstance(out_at, types.Integer)):
+        return None
+    width = units.dtype.bitwidth
+
+    def codegen(context, builder, sig, args):
+        source = context.make_array(sig.args[0])(context, builder, args[0])
+        target = context.make_array(sig.args[2])(context, builder, args[2])
+        first = context.cast(builder, args[1], sig.args[1], types.intp)
+        into = context.cast(builder, args[3], sig.args[3], types.intp)
+        narrow = ir.VectorType(ir.IntType(width), UTF8_BLOCK_UNITS)
+        v = builder.load(builder.bitcast(builder.gep(source.data, [first]), narrow.as_pointer()), align=1)
+        c = builder.zext(v, ir.VectorType(ir.IntType(32), UTF8_BLOCK_UNITS)) if width < 32 else v
+        encoded, kept = _utf8_lanes(builder, c)
+        byte_vector = ir.VectorType(ir.IntType(8), BLOCK_BYTES)
+        keep = builder.icmp_unsigned("!=", builder.bitcast(kept, byte_vector), ir.Constant(byte_vector, [0] * 64))
+        data = builder.bitcast(encoded, byte_vector)
+        pointer = builder.gep(target.data, [into])
+        if _compiles_byte_compress(context):
+            compress = _function(builder, "llvm.x86.avx512.mask.compress.v64i8", byte_vector,
+                                 [byte_vector, byte_vector, keep.type])
+            packed = builder.call(compress, [data, ir.Constant(byte_vector, [0] * 64), keep])
+            builder.store(packed, builder.bitcast(pointer, byte_vector.as_pointer()), align=1)
+        else:  # correct anywhere, one branch per byte: has_byte_compress keeps callers off it
+            compress = _function(builder, "llvm.masked.compressstore.v64i8", ir.VoidType(),
+                                 [byte_vector, pointer.type, keep.type])
+            builder.call(compress, [data, pointer, keep])
+        word = ir.IntType(64)
+        count = builder.call(builder.module.declare_intrinsic("llvm.ctpop", [word]), [builder.bitcast(keep, word)])
+        surrogate = builder.icmp_unsigned("==", builder.and_(c, _splat32(0xFFFFF800)), _splat32(0xD800))
+        any_surrogate = builder.icmp_unsigned("!=", builder.bitcast(surrogate, ir.IntType(UTF8_BLOCK_UNITS)),
+                                              ir.Constant(ir.IntType(UTF8_BLOCK_UNITS), 0))
+        return builder.select(any_surrogate, ir.Constant(word, -1), count)
+
+    return types.int64(units, at, out, out_at), codegen

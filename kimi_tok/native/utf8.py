@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import index, kernel, leaf
-from .simd import BLOCK_BYTES, lowest_set_bit, narrowed_block
+from .simd import BLOCK_BYTES, UTF8_BLOCK_UNITS, has_byte_compress, lowest_set_bit, narrowed_block, utf8_block
 
 CONTINUATION_MASK = 0x3F
 TWO_BYTE_LEAD = 0xE0  # leads below this (and >= 0x80) start 2-byte sequences
@@ -73,9 +73,10 @@ def utf8_of_code_points(units, out):
     """The UTF-8 of code points (``uint8``, ``uint16`` or ``uint32``, as a str of 1-, 2- or 4-byte characters
     stores them) written to ``out`` (at least ``4 * len(units) + 64`` bytes, ``2 * len(units) + 64`` for
     ``uint8``); returns its length, or -1 at a surrogate (which UTF-8 cannot encode). Runs of ASCII go 64
-    bytes of units at a time (``simd.narrowed_block``); after a character that is not ASCII the loop goes
-    one by one up to the next ASCII character, so a run of other characters is not looked at a block at a
-    time for each of them."""
+    bytes of units at a time (``simd.narrowed_block``). After a character that is not ASCII: where the CPU has
+    a vector byte compress (``simd.has_byte_compress``), 16 characters at a time (``simd.utf8_block``) until a
+    block of them is all ASCII; elsewhere one by one up to the next ASCII character, so a run of other
+    characters is not looked at a block at a time for each of them."""
     n = units.shape[0]
     lanes = BLOCK_BYTES // units.itemsize
     i = 0
@@ -90,6 +91,18 @@ def utf8_of_code_points(units, out):
             ascii_run = lowest_set_bit(high)  # those bytes are stored already
             i += ascii_run
             j += ascii_run
+        if has_byte_compress():
+            # blocks of 16 characters while they hold some that are not ASCII
+            while i + UTF8_BLOCK_UNITS <= n:
+                written = utf8_block(units, i, out, j)
+                if written < 0:
+                    return np.int64(-1)
+                i += UTF8_BLOCK_UNITS
+                j += written
+                if written == UTF8_BLOCK_UNITS:
+                    break  # all ASCII: 64 bytes of units at a time again
+            if i + UTF8_BLOCK_UNITS <= n:
+                continue
         while i < n:
             cp = np.int64(units[index(i)])
             i += 1

@@ -169,6 +169,8 @@ def test_the_loop_rejects_every_surrogate(dtype):
     for units in ([0xD800], [0xDC00], [0xDFFF], [0xD83D, 0xDE00], [0x41] * 70 + [0xDBFF],
                   [0x4E2D] * 70 + [0xD800], [0x0436] * 3 + [0x41] + [0x0436] * 40 + [0xDFFF]):  # inside a run
         assert run(units)[0] == -1
+    for lane in range(40):  # in a run of other characters, at every offset of a block of them and past it
+        assert run([0x41] * 3 + [0x0436] * lane + [0xDC00] + [0x4E2D] * 40)[0] == -1
     if dtype == np.uint32:
         assert run([0x1F600, 0x10FFFF]) == (48, "\U0001f600\U0010ffff".encode() + b"A" * 40)
 
