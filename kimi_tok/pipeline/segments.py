@@ -6,7 +6,10 @@ call over the whole prompt.
 
 A short call is not packed here: its compiled call reads the segments where CPython keeps them
 (``native.cpython.read_text_pairs``), with no Python step per segment and no NumPy call on the way
-(docs/performance.md, "Short calls with cold caches", "Short calls read in compiled code").
+(docs/performance.md, "Short calls with cold caches", "Short calls read in compiled code"). A longer
+one is packed by the same reader, called once from here; the Python way (``utf8_of`` per text, then
+one join) is for calls it cannot read and for the longest calls, whose texts are transcoded on
+threads.
 
 Text with lone surrogates cannot be UTF-8 encoded. tiktoken retries such text as
 ``text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")`` for each
@@ -23,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..native.cpython import ascii_bytes, str_characters
+from ..native.cpython import LAYOUT, PAIRS_READ, ascii_bytes, read_text_pairs, str_characters
 from ..native.jit import kernel
 from ..native.utf8 import utf8_of_code_points
 from .chunking import cut_safe_substrings
@@ -34,6 +37,7 @@ from .chunking import cut_safe_substrings
 # about as fast where it is not (docs/performance.md, "Packing from the str's own characters"). Others take
 # str.encode: ASCII (a copy already) and 1-byte characters.
 TRANSCODED_MIN_CHARS = 1 << 14  # its fixed cost (~6 us a call) is then below str.encode's
+READ_LIMIT = 1 << 62  # read_text_pairs' character and byte limits where a whole call is packed: none
 
 
 class PackedSegments(NamedTuple):
@@ -141,9 +145,14 @@ def pack_segments(
     utf8: Callable[[list[str]], list] | None = None,
 ) -> PackedSegments:
     """Validate ``segments`` (unless ``validated``) and pack them; ``TypeError`` names a bad index.
-    ``utf8``: what makes each text's ``utf8_of`` (the engine's makes long calls' on two threads)."""
+    ``utf8``: what makes each text's ``utf8_of`` (the engine's makes long calls' on two threads); without
+    it the texts are read in one compiled pass (``_read_in_place``) where they can be."""
     if not validated:
         segments = validate_segments(segments)
+    if utf8 is None:
+        packed = _read_in_place(segments, tiktoken_safe)
+        if packed is not None:
+            return packed
     try:  # the common case: no surrogates, one packed entry per segment
         chunks = [utf8_of(text) for text, _ in segments] if utf8 is None else utf8([text for text, _ in segments])
     except UnicodeEncodeError:
@@ -151,6 +160,22 @@ def pack_segments(
     n = len(segments)
     return _packed(chunks, np.fromiter(map(itemgetter(1), segments), dtype=np.bool_, count=n),
                    np.full(n, tiktoken_safe, dtype=np.bool_), np.arange(n, dtype=np.int64), n)
+
+
+def _read_in_place(segments: list[tuple[str, bool]], tiktoken_safe: bool) -> PackedSegments | None:
+    """Validated ``segments`` packed by one compiled pass over the texts where CPython keeps them
+    (``native.cpython.read_text_pairs``: no Python step, bytes object or copy per segment); None where
+    that reader cannot read them (not CPython, lone surrogates, a str it does not know)."""
+    if LAYOUT is None:
+        return None
+    pairs = tuple(segments)  # the reader walks a tuple's items; this holds them while it reads
+    n = len(pairs)
+    buf, seg_start, seg_end, allow_special, status = read_text_pairs(id(pairs), n, LAYOUT, READ_LIMIT, READ_LIMIT)
+    if status != PAIRS_READ:
+        return None
+    buf.flags.writeable = False  # as the other ways pack (bytes, a str's storage): the kernels compiled for those
+    return PackedSegments(buf, seg_start, seg_end, allow_special, np.full(n, tiktoken_safe, dtype=np.bool_),
+                          np.arange(n, dtype=np.int64), n)
 
 
 def _pack_with_surrogates(segments: list[tuple[str, bool]], tiktoken_safe: bool, flags: np.ndarray) -> PackedSegments:

@@ -15,7 +15,7 @@ import pytest
 import kimi_tok
 from kimi_tok.native.utf8 import utf8_of_code_points
 from kimi_tok.native.cpython import ASCII_HEADER, ascii_bytes, str_characters
-from kimi_tok.pipeline.segments import TRANSCODED_MIN_CHARS, utf8_of
+from kimi_tok.pipeline.segments import TRANSCODED_MIN_CHARS, pack_segments, utf8_of
 from tests.parity import assert_parity
 
 LONG = TRANSCODED_MIN_CHARS
@@ -226,3 +226,44 @@ def test_a_str_of_2_byte_characters_with_the_size_of_a_4_byte_one():
     assert str_characters(text).dtype == np.uint16
     assert bytes(utf8_of(text)) == text.encode("utf-8")
     assert bytes(utf8_of(head + "\u4e2d" + head)) == (head + "\u4e2d" + head).encode()
+
+
+def _python_way(segments):
+    return pack_segments(segments, True, None, utf8=lambda texts: [utf8_of(text) for text in texts])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_long_call_is_packed_in_one_compiled_pass_as_the_python_way_packs_it(seed):
+    rng = random.Random(seed)
+    texts = ["<|open|>", "", "\n", "x" * LONG, "caf\u00e9 " * LONG, "\u0436\u0443\u043a " * LONG,
+             ("\u4e2d\u6587 \U0001f600 " * LONG)[:LONG], "short \u00e9", "\U0010ffff"]
+    segments = [(rng.choice(texts), rng.random() < 0.3) for _ in range(40)]
+    packed = pack_segments(segments, True, None)
+    assert not packed.buf.flags.writeable  # as bytes and a str's storage are: the kernels compiled for those
+    assert bytes(packed.buf) == b"".join(text.encode() for text, _ in segments)
+    python_way = _python_way(segments)
+    for field in ("seg_start", "seg_end", "allow_special", "needs_cuts", "origin"):
+        assert np.array_equal(getattr(packed, field), getattr(python_way, field)), field
+    assert packed.n_segments == python_way.n_segments == 40
+
+
+def test_a_long_call_the_reader_declines_is_packed_the_python_way():
+    class Text(str):
+        pass
+
+    surrogate = [("<|open|>", True), ("x" * LONG + "\ud800" + "y", False), ("z" * LONG, False)]
+    packed = pack_segments(surrogate, True, kimi_tok.kimi_k3(n_jobs=1)._engine.flags)  # flags: cut, then fixed up
+    assert list(packed.needs_cuts) == [True, False, True]  # the surrogate's segment: cut and fixed up here
+    assert bytes(packed.buf) == ("<|open|>" + "x" * LONG + "\ufffd" + "y" + "z" * LONG).encode()  # tiktoken's fix-up
+    subclass = [(Text("x" * LONG), False), ("\u0436" * LONG, True)]  # validated: read as the str it holds
+    assert bytes(pack_segments(subclass, True, None).buf) == ("x" * LONG + "\u0436" * LONG).encode()
+
+
+def test_long_calls_of_many_segments_give_reference_ids(ref):
+    tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+    rng = random.Random(17)
+    words = ["caf\u00e9", "\u0436\u0443\u043a", "\u4e2d\u6587", "x\U0001f600", "<|open|>", "word", "\n\n", "  "]
+    segments = [(" ".join(rng.choice(words) for _ in range(rng.randrange(1, 400))), rng.random() < 0.2)
+                for _ in range(300)]
+    assert sum(len(text) for text, _ in segments) > kimi_tok.Policy().max_joined_call_chars  # packed, not joined
+    assert_parity(tok, ref, segments)
