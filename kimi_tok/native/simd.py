@@ -390,30 +390,42 @@ def highest_set_bit(typingctx, word):
     return types.int64(word), codegen
 
 
+def _is_transcoding(units, at, out, out_at) -> bool:
+    """Whether the arguments are code units (a C-contiguous ``uint8``, ``uint16`` or ``uint32`` array, as a str
+    stores its characters), an index, a C-contiguous ``uint8`` output and an index in it."""
+    return (isinstance(units, types.Array) and units.dtype in (types.uint8, types.uint16, types.uint32)
+            and units.layout == "C" and isinstance(out, types.Array) and out.dtype == types.uint8
+            and out.layout == "C" and isinstance(at, types.Integer) and isinstance(out_at, types.Integer))
+
+
+def _units_and_target(context, builder, sig, args, lanes: int):
+    """``(the lanes units at units[at] as one vector (an unaligned load), a pointer to out[out_at])`` for the
+    arguments ``_is_transcoding`` accepts."""
+    source = context.make_array(sig.args[0])(context, builder, args[0])
+    target = context.make_array(sig.args[2])(context, builder, args[2])
+    first = context.cast(builder, args[1], sig.args[1], types.intp)
+    into = context.cast(builder, args[3], sig.args[3], types.intp)
+    vector = ir.VectorType(ir.IntType(sig.args[0].dtype.bitwidth), lanes)
+    v = builder.load(builder.bitcast(builder.gep(source.data, [first]), vector.as_pointer()), align=1)
+    return v, builder.gep(target.data, [into])
+
+
 @intrinsic
 def narrowed_block(typingctx, units, at, out, out_at):
     """The 64 bytes of code units ``units[at:]`` (a C-contiguous ``uint8``, ``uint16`` or ``uint32`` array:
     64, 32 or 16 units) stored at ``out[out_at:]`` as their low bytes (a ``uint8`` array; the caller keeps
     both in bounds); returns a ``uint64`` mask of the units that are not ASCII (bit ``k``: unit ``at + k``),
     whose stored bytes mean nothing."""
-    if not (isinstance(units, types.Array) and units.dtype in (types.uint8, types.uint16, types.uint32)
-            and units.layout == "C" and isinstance(out, types.Array) and out.dtype == types.uint8
-            and out.layout == "C" and isinstance(at, types.Integer) and isinstance(out_at, types.Integer)):
+    if not _is_transcoding(units, at, out, out_at):
         return None
     width = units.dtype.bitwidth
     lanes = BLOCK_BYTES * 8 // width
 
     def codegen(context, builder, sig, args):
-        source = context.make_array(sig.args[0])(context, builder, args[0])
-        target = context.make_array(sig.args[2])(context, builder, args[2])
-        first = context.cast(builder, args[1], sig.args[1], types.intp)
-        into = context.cast(builder, args[3], sig.args[3], types.intp)
-        vector = ir.VectorType(ir.IntType(width), lanes)
-        v = builder.load(builder.bitcast(builder.gep(source.data, [first]), vector.as_pointer()), align=1)
-        high = builder.icmp_unsigned(">=", v, ir.Constant(vector, [0x80] * lanes))
+        v, pointer = _units_and_target(context, builder, sig, args, lanes)
+        high = builder.icmp_unsigned(">=", v, ir.Constant(v.type, [0x80] * lanes))
         low_bytes = builder.trunc(v, ir.VectorType(ir.IntType(8), lanes)) if width > 8 else v
-        builder.store(low_bytes, builder.bitcast(builder.gep(target.data, [into]), low_bytes.type.as_pointer()),
-                      align=1)
+        builder.store(low_bytes, builder.bitcast(pointer, low_bytes.type.as_pointer()), align=1)
         return builder.zext(builder.bitcast(high, ir.IntType(lanes)), ir.IntType(64))
 
     return types.uint64(units, at, out, out_at), codegen
@@ -484,25 +496,17 @@ def utf8_block(typingctx, units, at, out, out_at):
     ``out_at``; the bytes past the UTF-8 mean nothing); returns the UTF-8's length, or -1 when a unit is a
     surrogate (which UTF-8 cannot encode). Each unit becomes one to four bytes in a 32-bit lane and one byte
     compress keeps the bytes in use (``has_byte_compress`` says whether that is one instruction)."""
-    if not (isinstance(units, types.Array) and units.dtype in (types.uint8, types.uint16, types.uint32)
-            and units.layout == "C" and isinstance(out, types.Array) and out.dtype == types.uint8
-            and out.layout == "C" and isinstance(at, types.Integer) and isinstance(out_at, types.Integer)):
+    if not _is_transcoding(units, at, out, out_at):
         return None
     width = units.dtype.bitwidth
 
     def codegen(context, builder, sig, args):
-        source = context.make_array(sig.args[0])(context, builder, args[0])
-        target = context.make_array(sig.args[2])(context, builder, args[2])
-        first = context.cast(builder, args[1], sig.args[1], types.intp)
-        into = context.cast(builder, args[3], sig.args[3], types.intp)
-        narrow = ir.VectorType(ir.IntType(width), UTF8_BLOCK_UNITS)
-        v = builder.load(builder.bitcast(builder.gep(source.data, [first]), narrow.as_pointer()), align=1)
+        v, pointer = _units_and_target(context, builder, sig, args, UTF8_BLOCK_UNITS)
         c = builder.zext(v, ir.VectorType(ir.IntType(32), UTF8_BLOCK_UNITS)) if width < 32 else v
         encoded, kept = _utf8_lanes(builder, c)
         byte_vector = ir.VectorType(ir.IntType(8), BLOCK_BYTES)
         keep = builder.icmp_unsigned("!=", builder.bitcast(kept, byte_vector), ir.Constant(byte_vector, [0] * 64))
         data = builder.bitcast(encoded, byte_vector)
-        pointer = builder.gep(target.data, [into])
         if _compiles_byte_compress(context):
             compress = _function(builder, "llvm.x86.avx512.mask.compress.v64i8", byte_vector,
                                  [byte_vector, byte_vector, keep.type])
