@@ -8,6 +8,10 @@ numba vectorizes plain loops, but a scanner needs per-byte classes as bits (bit 
 ASCII, and ``lead_groups`` to tell which of those a block needs)
 emit LLVM vector compares on one unaligned 64-byte load; LLVM lowers them to the machine's vector instructions
 (AVX-512 mask compares, or AVX2 compares and ``vpmovmskb``).
+
+The UTF-8 of a str's characters (``native.utf8``) takes two more: ``narrowed_block`` stores a block of code
+units as bytes while they are ASCII, and ``utf8_block`` makes the UTF-8 of 16 of any width with one byte
+compress where the CPU has one (``has_byte_compress``: AVX-512 VBMI2).
 """
 
 from __future__ import annotations
