@@ -259,11 +259,20 @@ def test_a_long_call_the_reader_declines_is_packed_the_python_way():
     assert bytes(pack_segments(subclass, True, None).buf) == ("x" * LONG + "\u0436" * LONG).encode()
 
 
-def test_long_calls_of_many_segments_give_reference_ids(ref):
-    tok = kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0)
+@pytest.mark.parametrize("settings", [{"n_jobs": 1, "segment_cache_bytes": 0}, {}])  # {}: the default kimi_k3()
+def test_long_calls_of_many_segments_give_reference_ids(ref, settings):
+    class Text(str):
+        pass
+
+    tok = kimi_tok.kimi_k3(**settings)
     rng = random.Random(17)
     words = ["caf\u00e9", "\u0436\u0443\u043a", "\u4e2d\u6587", "x\U0001f600", "<|open|>", "word", "\n\n", "  "]
     segments = [(" ".join(rng.choice(words) for _ in range(rng.randrange(1, 400))), rng.random() < 0.2)
                 for _ in range(300)]
     assert sum(len(text) for text, _ in segments) > kimi_tok.Policy().max_joined_call_chars  # packed, not joined
     assert_parity(tok, ref, segments)
+    # what the one-pass reader meets at the edges: empty texts, a text past the 25,000-character cut without
+    # whitespace, a str subclass, and a lone surrogate (the reader declines the call: packed the Python way)
+    edges = segments[:100] + [("", False), ("\u4e2d" * 30_000, False), ("", True), (Text("x\u00e9 " * 9_000), True)]
+    assert_parity(tok, ref, edges)
+    assert_parity(tok, ref, edges + [("y" * 10 + "\ud800" + "z", False)] + segments[100:150])
