@@ -197,7 +197,8 @@ def test_a_short_call_keeps_its_caches_bundle_until_the_cache_grows(ref):
 def test_growth_needed_answers_as_the_tables_fill():
     """``growth_needed`` (asked by a short call's kernel, so that giving the cache back reads no NumPy
     scalars) says grow exactly where ``grown_piece_cache`` grows: not for a fresh cache, yes for a general
-    table half full, yes for an unseeded short table that started over, never for a seeded one."""
+    table half full (one made smaller than the default), yes for an unseeded short table that started over, never
+    for a seeded one nor for a general table of the default size (reserved at the largest)."""
     from kimi_tok.pipeline.bpe.piece_cache import (ENTRIES, SEEDED_SHORT_FACTOR, SHORT_RESETS, growth_needed)
 
     cache = bpe.new_piece_cache(entries=16, key_bytes=256, ids=64, short_entries=256)
@@ -215,4 +216,6 @@ def test_growth_needed_answers_as_the_tables_fill():
     seeded = bpe.new_piece_cache(tok.engine.stages.tables.short_slots)
     seeded.used[SHORT_RESETS] = 3  # started over, but seeded from the vocabulary: never grows
     assert tuple(growth_needed(seeded)) == (False, False)
+    seeded.used[ENTRIES] = seeded.key_at.shape[0] - 1  # a general table of the default size is the largest
+    assert tuple(growth_needed(seeded)) == (False, False) and bpe.grown_piece_cache(seeded) is seeded
     assert seeded.short_slots.shape[0] == SEEDED_SHORT_FACTOR * tok.engine.stages.tables.short_slots.shape[0]

@@ -54,27 +54,27 @@ N_USED = 6
 SHORT_FULL_EIGHTHS = 6
 SHORT_GROW_QUARTERS = 3
 SEEDED_SHORT_FACTOR = 2
-# Caches start small and grow 4x when a call leaves one a quarter full (short table) or half full (the
-# general table), up to the MAX_ sizes (about 80 MB): a steady stream of text in one language keeps most
-# of its words cached, as the peers' growing caches do (docs/performance.md)
-SHORT_CACHE_ENTRIES = 1 << 15  # without a vocabulary table to start from (the routes' caches)
+# An unseeded short table (the routes' caches) starts small and grows 2x when a call leaves it 3/4 full, up to
+# MAX_SHORT_CACHE_ENTRIES. The general table is reserved at its full size (about 44 MB of address space, backed
+# as entries are written): growing it in the call that gave the cache back cost 15-70 ms per growth, most of
+# it the first writes to the new memory (docs/performance.md, "Piece caches reserved at full size"). A cache
+# made smaller (``new_piece_cache``'s sizes) grows 4x at half full, up to the MAX_ sizes.
+SHORT_CACHE_ENTRIES = 1 << 15
 MAX_SHORT_CACHE_ENTRIES = 1 << 21
 IN_GENERAL_TABLE = 15  # the id count of a short entry whose ids (more than MAX_INLINE_IDS) are in the general table
-PIECE_CACHE_ENTRIES = 1 << 14
-PIECE_CACHE_KEY_BYTES = 1 << 20
-PIECE_CACHE_IDS = 1 << 18
 MAX_PIECE_CACHE_ENTRIES = 1 << 18
 MAX_PIECE_CACHE_KEY_BYTES = 1 << 24
 MAX_PIECE_CACHE_IDS = 1 << 22
 
 
-def new_piece_cache(vocabulary_short: np.ndarray | None = None, entries: int = PIECE_CACHE_ENTRIES,
-                    key_bytes: int = PIECE_CACHE_KEY_BYTES, ids: int = PIECE_CACHE_IDS,
+def new_piece_cache(vocabulary_short: np.ndarray | None = None, entries: int = MAX_PIECE_CACHE_ENTRIES,
+                    key_bytes: int = MAX_PIECE_CACHE_KEY_BYTES, ids: int = MAX_PIECE_CACHE_IDS,
                     short_slots: np.ndarray | None = None, short_entries: int = SHORT_CACHE_ENTRIES) -> PieceCache:
     """An empty cache for one thread whose short table holds the entries of ``vocabulary_short`` (a
     vocabulary's ``BpeTables.short_slots``) in ``SEEDED_SHORT_FACTOR`` times its size, or is
     ``short_slots`` (a zeroed table made by the caller), or a zeroed one of ``short_entries``;
-    ``grown_piece_cache`` makes its general table (and an unseeded short table) larger as calls fill them."""
+    ``grown_piece_cache`` makes an unseeded short table (and a general table made smaller than the maximum)
+    larger as calls fill them."""
     for name, n in (("entries", entries), ("short_entries", short_entries)):
         if n < 1 or n & (n - 1):
             raise ValueError(f"piece cache {name} must be a power of two, not {n}")
@@ -91,11 +91,12 @@ def new_piece_cache(vocabulary_short: np.ndarray | None = None, entries: int = P
 
 
 def _new_general_table(entries: int, key_bytes: int, ids: int) -> list[np.ndarray]:
-    """slots, key_at, key_len, ids_at, ids_len, key_bytes, ids, used: empty (one mapping, huge pages:
-    probed at random, see hugepages.py)."""
-    arrays = zeros_in_huge_pages([(2 * entries, np.int64), (entries, np.int64), (entries, np.int64),
-                                  (entries, np.int64), (entries, np.int64), (key_bytes, np.uint8), (ids, np.int32),
-                                  (N_USED, np.int64)])
+    """slots, key_at, key_len, ids_at, ids_len, key_bytes, ids, used: empty. Small pages, backed as entries
+    are written: huge pages would back 2 MB of each array at its first entry (14 MB a cache for a few
+    pieces), and calls read as fast (docs/performance.md, "Piece caches reserved at full size")."""
+    arrays = [np.zeros(shape, dtype=dtype) for shape, dtype in (
+        (2 * entries, np.int64), (entries, np.int64), (entries, np.int64), (entries, np.int64), (entries, np.int64),
+        (key_bytes, np.uint8), (ids, np.int32), (N_USED, np.int64))]
     arrays[0].fill(EMPTY)
     return arrays
 
