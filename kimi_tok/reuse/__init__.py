@@ -3,7 +3,7 @@ only on ``(text, allow_special, tiktoken_safe)``, so they are reused exactly.
 
 ``SegmentReuse`` is what a Tokenizer with a segment cache hands its calls to: it plans each
 call against the cache (``segment_cache``), has the engine encode only the segments the cache
-does not hold, and stores them. A call that extends a recent one (an agent loop's next turn)
+does not hold, and has a helper thread store them once the call has returned. A call that extends a recent one (an agent loop's next turn)
 encodes its new segments while a helper thread plans it (``encode_ahead``; helpers wait in
 compiled code on Linux: ``parking``).
 """
@@ -71,8 +71,11 @@ class SegmentReuse:
         missing = plan.missing
         todo = segments if len(missing) == len(segments) else [segments[i] for i in missing]
         new_ids, bounds = engine.encode_with_bounds(todo, tiktoken_safe, validated=True)  # one compiled call
+        encoded = assemble(plan, new_ids, bounds, len(segments), want_ids)
         if missing:
-            cache.store(segments, tiktoken_safe, plan, new_ids, bounds,
-                        cache.draft_runs(segments, tiktoken_safe, plan, speculation.fingerprints))
-        return assemble(plan, new_ids, bounds, len(segments), want_ids)
+            # stored by a helper once this call has returned; the caller may write to what it got, so not that
+            kept = new_ids.copy() if encoded.ids is new_ids else new_ids
+            cache.store_elsewhere(self.helpers.start, segments, tiktoken_safe, plan, kept, bounds,
+                                  speculation.fingerprints)
+        return encoded
 

@@ -118,6 +118,15 @@ class HelperThreads:
                 helper.kept_off = cpu
         return helper.post(fn, copy, self._parked.append)
 
+    def start(self, fn) -> Posted | Future | None:
+        """``fn`` started now on an idle helper, not waited for: call the handle's ``result()`` once, later
+        (it raises what ``fn`` raised). None when no helper is idle."""
+        posted = self.post(fn, None)
+        if posted is None:
+            return self.submit(fn)
+        posted.release()
+        return posted
+
     def run_later(self, fn) -> None:
         """``fn`` run on another thread, not waited for (with parked helpers, a thread of its own:
         nothing would free the helper)."""

@@ -38,11 +38,13 @@ callers always receive a copy.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import weakref
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable
 from itertools import accumulate
 from operator import add, itemgetter
 from typing import NamedTuple
@@ -270,14 +272,29 @@ class SegmentCache:
         # the latest calls, newest last: where a call that extends one of them is likely to start being new
         # (``recent_call_ending``), and where its ids came from
         self._recent_calls: list[RecentCall] = []
+        self._pending: list[tuple[int, object]] = []  # (process id, handle) of stores a helper thread makes
 
     @property
     def used_bytes(self) -> int:
+        self.settle()
         return self._used
 
     def __len__(self) -> int:
         """The number of cached segments."""
+        self.settle()
         return self._n_segments
+
+    def settle(self) -> None:
+        """Wait for the stores handed to helper threads (``store_elsewhere``); their errors are raised here.
+        Every reader of what the cache holds calls it first, so a call sees what the calls before it stored."""
+        pid = os.getpid()
+        while self._pending:
+            try:
+                owner, pending = self._pending.pop()  # atomic: each handle is waited for once
+            except IndexError:  # another thread took the last one
+                break
+            if owner == pid:  # a forked child has none of its parent's threads to wait for
+                pending.result()
 
     def plan(self, segments: list[Segment], tiktoken_safe: bool) -> CachePlan:
         """Find the cached ones among validated ``segments``; see ``CachePlan``.
@@ -302,6 +319,7 @@ class SegmentCache:
         chat-template segments). A segment that differs after all is looked up on its own or
         encoded (``resolve``). The comparisons hold no lock: runs never change.
         """
+        self.settle()
         spans: list[Span] = []
         missing: list[int] = []
         fingerprints: dict[int, tuple] = {}
@@ -388,6 +406,7 @@ class SegmentCache:
         ``segments[n - ENDING_KEYS:n]`` (n: its segment count). None if there is none, or if it is
         as long as ``segments`` (a call sent again: nothing new to encode ahead). A guess, checked
         later like any offer."""
+        self.settle()
         with self._lock:
             calls = sorted(self._recent_calls, key=lambda c: c.n_segments, reverse=True)
         for call in calls:
@@ -542,22 +561,43 @@ class SegmentCache:
         return Run(segments, tiktoken_safe, texts, lengths, known_fingerprints)
 
     def store(self, segments: list[Segment], tiktoken_safe: bool, plan: CachePlan,
-              ids: np.ndarray, bounds: np.ndarray, drafts: list[Run | None] | None = None) -> None:
+              ids: np.ndarray, bounds: np.ndarray, drafts: list[Run | None] | None = None, owned: bool = False) -> None:
         """Store the segments a call encoded: ``segments[plan.missing[j]]`` has ids
         ``ids[bounds[j]:bounds[j + 1]]``; each stretch of consecutive ones becomes a run
-        (``drafts``: those runs from ``draft_runs``, made earlier)."""
+        (``drafts``: those runs from ``draft_runs``, made earlier). ``owned``: nobody else holds ``ids``,
+        so a run of all of them keeps the array instead of a copy."""
         if drafts is None:
             drafts = self.draft_runs(segments, tiktoken_safe, plan)
         stretches = (part for part in plan.parts if not isinstance(part, np.ndarray))
         for (j0, j1), after, run in zip(stretches, plan.after, drafts):
             if run is not None:
-                self._add_run(run, ids, bounds[j0:j1 + 1], after)
+                self._add_run(run, ids, bounds[j0:j1 + 1], after, owned)
         self._set_layout(plan, drafts)
 
-    def _add_run(self, run: Run, ids: np.ndarray, bounds: np.ndarray, after: tuple[Run, int] | None = None) -> None:
-        """Add a drafted ``run`` with its ids ``ids[bounds[0]:bounds[-1]]`` (copied)."""
+    def store_elsewhere(self, start: Callable, segments: list[Segment], tiktoken_safe: bool, plan: CachePlan,
+                        ids: np.ndarray, bounds: np.ndarray, fingerprints: dict[int, tuple]) -> None:
+        """``draft_runs`` and ``store`` on the helper thread ``start`` hands them to (``HelperThreads.start``),
+        so that the call returns first, or on this thread when it returns None. ``ids``: the call's new ids,
+        which nobody else holds or writes to. Readers of the cache wait for it (``settle``)."""
+        def store() -> None:
+            self.store(segments, tiktoken_safe, plan, ids, bounds,
+                       self.draft_runs(segments, tiktoken_safe, plan, fingerprints), owned=True)
+
+        pending = start(store)
+        if pending is None:
+            store()
+        else:
+            self._pending.append((os.getpid(), pending))
+
+    def _add_run(self, run: Run, ids: np.ndarray, bounds: np.ndarray, after: tuple[Run, int] | None = None,
+                 owned: bool = False) -> None:
+        """Add a drafted ``run`` with its ids ``ids[bounds[0]:bounds[-1]]`` (copied, unless ``owned`` and they
+        are all of an array that owns its memory: then kept, and never written again)."""
         first, end = int(bounds[0]), int(bounds[-1])
-        stored = np.array(ids[first:end], dtype=np.uint32, copy=True)  # callers may write to what they got
+        if owned and first == 0 and end == ids.shape[0] and ids.base is None and ids.dtype == np.uint32:
+            stored = ids  # its memory is the run's size: the byte budget counts it right
+        else:
+            stored = np.array(ids[first:end], dtype=np.uint32, copy=True)  # callers may write to what they got
         stored.setflags(write=False)
         run.hold(stored, (bounds - first).tolist())
         if run.nbytes > self.budget_bytes:
@@ -601,6 +641,7 @@ class SegmentCache:
             self._add_run(run, ids, np.array([0, len(ids)], dtype=np.int64))
 
     def clear(self) -> None:
+        self.settle()
         with self._lock:
             self._recent_calls.clear()
             self._runs.clear()

@@ -168,6 +168,7 @@ def test_an_agent_loop_turn_starts_from_the_ids_copied_ahead(ref, copies_used):
         segments = rerender(segments) + turn(k, 2_000 + 300 * k)
         check(tok, plain, ref, segments)
     assert copies_used and all(copies_used)  # every turn after the first two found its prefix copied
+    tok.segment_cache.settle()  # the stores a helper makes after a call returns
     recent = tok.segment_cache._recent_calls[-1]
     assert recent.runs() is not None and recent.copies[1::2].sum() == len(plain.encode_segments(segments))
 
@@ -199,7 +200,9 @@ def test_a_busy_helper_means_no_copy_ahead(ref):
     plain = kimi_tok.kimi_k3(segment_cache_bytes=0)
     segments = turn(0, 3_000)
     tok.encode_segments(segments)
+    tok.segment_cache.settle()  # the helper stored the call's segments after it returned: now it is idle
     busy = helpers.post(lambda: None, None)
+    assert busy is not None
     try:
         longer = rerender(segments) + turn(1, 2_000)
         check(tok, plain, ref, longer)
@@ -212,6 +215,7 @@ def test_a_layout_with_an_evicted_run_is_not_copied():
     tok = parked_tokenizer()
     segments = turn(0, 3_000)
     tok.encode_segments(segments)
+    tok.segment_cache.settle()
     recent = tok.segment_cache._recent_calls[-1]
     assert recent.runs() is not None
     tok.segment_cache.clear()
@@ -229,6 +233,7 @@ def test_a_layout_with_a_stretch_in_the_middle_is_copied_in_call_order(ref, copi
     edited[3] = (edited[3][0] + " (edited)", False)  # another length: missing, between cached parts
     edited += turn(2, 1_500)
     tok.encode_segments(edited)
+    tok.segment_cache.settle()
     layout = tok.segment_cache._recent_calls[-1].layout
     assert layout is not None and len(layout[0]) == 4, layout  # cached, edited, cached, new
     longer = rerender(edited) + turn(3, 1_500)

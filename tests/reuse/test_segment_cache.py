@@ -539,6 +539,7 @@ def test_hint_to_an_evicted_run_that_lives_on(cached, plain):
     cached.encode_segments(first)
     cached.encode_segments(rerender(first) + second)  # the run of `first` hints at the run of `second`
     cached.encode_segments(rerender(first))  # `first` is now the most recently used
+    cache.settle()
     alive = list(cache._runs)  # what a concurrent call's plan would hold
     cache._evict_oldest()  # evicts the run of `second`
     assert len(cache) == len(first) and len(alive) == 2
@@ -565,6 +566,47 @@ def test_short_calls_skip_the_cache(ref):
     assert tok.segment_cache.hits == 3
     with pytest.raises(ValueError, match="min_cached_call_chars"):
         kimi_tok.Policy(min_cached_call_chars=-1)
+
+
+def test_a_call_returns_before_a_helper_stores_its_segments(ref, monkeypatch):
+    """A long call's new segments are stored by a helper thread once the call has returned
+    (``SegmentCache.store_elsewhere``): the caller may write to its ids at once, readers of the cache
+    (the next call, ``len``) wait for the store, and an error in it is raised there, not lost."""
+    import threading
+    import time
+
+    tok = kimi_tok.kimi_k3(segment_cache_bytes=BIG_BUDGET + 3)
+    cache = tok.segment_cache
+    cache.clear()
+    stored_on: list[int] = []
+    store = cache.store
+
+    def slow_store(*args, **kwargs):
+        time.sleep(0.05)  # long enough for the caller to write to its ids first
+        stored_on.append(threading.get_ident())
+        return store(*args, **kwargs)
+
+    monkeypatch.setattr(cache, "store", slow_store)
+    segments = chat_turn(0, tok.policy.min_cached_call_chars + 1_000)
+    ids = tok.encode_segments(segments).into_numpy()["ids"]
+    expected = ref.encode_segments(segments)
+    assert ids.tolist() == expected
+    ids[:] = 0  # the caller's own array: the cache keeps a copy
+    assert len(cache) == len(segments)  # waited for the store
+    assert stored_on and threading.get_ident() not in stored_on  # made on a helper thread
+    assert tok.encode_segments(rerender(segments)).ids == expected  # every segment from the cache
+
+    def failing_store(*args, **kwargs):
+        raise RuntimeError("store failed")
+
+    monkeypatch.setattr(cache, "store", failing_store)
+    other = chat_turn(1, tok.policy.min_cached_call_chars + 1_000)
+    assert tok.encode_segments(other).ids == ref.encode_segments(other)
+    with pytest.raises(RuntimeError, match="store failed"):
+        len(cache)
+    assert len(cache) == len(segments)  # raised once; the cache holds what it held
+    monkeypatch.setattr(cache, "store", store)
+    assert tok.encode_segments(rerender(other)).ids == ref.encode_segments(other)
 
 
 @pytest.mark.parametrize("segments, message", [
