@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..native.simd import kernels_have_byte_compress
 from ..pipeline.assembly import ID_DTYPE, SubstringEncoder
 from ..pipeline.bpe import BpeTables
 from ..pipeline.chunking import cut_chunks, cut_substrings
@@ -48,6 +49,10 @@ class Encoded(NamedTuple):
 NO_IDS = np.empty(0, dtype=ID_DTYPE)
 NO_BOUNDS = np.zeros(1, dtype=np.int64)
 NO_BYTE_LIMIT = np.iinfo(np.int64).max  # max_fused_bytes of one job: any call runs fused
+# From how many characters a call's texts are transcoded on threads rather than in one compiled pass: where one
+# pass is 16 characters a step (AVX-512 VBMI2) it was faster up to ~6M characters, elsewhere up to ~2.5M
+# (docs/performance.md, "One pass up to a few million characters")
+PARALLEL_PACK_CHARS = {True: 1 << 22, False: 1 << 21}
 
 
 class Engine:
@@ -56,6 +61,8 @@ class Engine:
 
     def __init__(self, tables: BpeTables, special_tokens: dict[str, int], pattern: str, policy: Policy) -> None:
         self.policy = policy
+        self.min_parallel_pack_chars = (policy.min_parallel_pack_chars
+                                        or PARALLEL_PACK_CHARS[kernels_have_byte_compress()])
         self.flags = code_point_flags()
         self.stages = SubstringEncoder(tables, special_tokens, pattern)
         self.fuses = self.stages.fuses  # whether calls can run as one compiled call (the compiled Kimi scanner)
@@ -76,7 +83,7 @@ class Engine:
         policy = self.policy
         utf8 = None
         if policy.n_jobs > 1 and policy.backend == "threads" and \
-                sum(len(text) for text, _ in segments) >= policy.min_parallel_pack_chars:
+                sum(len(text) for text, _ in segments) >= self.min_parallel_pack_chars:
             utf8 = partial(utf8_on_threads, n_jobs=policy.n_jobs, min_chars=TRANSCODED_MIN_CHARS)
         return pack_segments(segments, tiktoken_safe, self.flags, validated=True, utf8=utf8)
 

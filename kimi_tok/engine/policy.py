@@ -98,7 +98,8 @@ class Policy:
     groups_per_job: int = 4  # smaller groups even out text that costs more per byte (CJK, long runs)
     min_bytes_per_process_job: int = 1 << 20  # processes pay for the text file and pickled ids
     unit_bytes: int = 1 << 18  # long sub-strings are split (where provably safe) into units this long
-    min_parallel_pack_chars: int = 1 << 20  # calls this long transcode their texts on n_jobs threads
+    # calls this long transcode their texts on n_jobs threads; None: by the CPU (Engine.min_parallel_pack_chars)
+    min_parallel_pack_chars: int | None = None
     merge_slice_bytes: int = 1 << 20  # hash routing merges this much at a time, so Ctrl-C stops it soon
     # encoding an agent loop's new turn ahead while a helper plans the call (reuse.encode_ahead)
     min_ahead_plan_chars: int = 1 << 18  # characters of the recent call the new one extends
@@ -113,7 +114,7 @@ class Policy:
     def __post_init__(self) -> None:
         for name in ("n_jobs", "helpers", "compile_jobs", "interpreted_chars_while_loading", "min_bytes_per_shared_job",
                      "fan_out_part_bytes", "shrink_per_job", "min_bytes_per_job", "groups_per_job",
-                     "min_bytes_per_process_job", "unit_bytes", "min_parallel_pack_chars", "merge_slice_bytes",
+                     "min_bytes_per_process_job", "unit_bytes", "merge_slice_bytes",
                      "min_ahead_plan_chars", "min_ahead_chars", "min_shared_bytes", "shared_part_bytes",
                      "shared_part_shrink", "min_reused_ids"):
             value = getattr(self, name)
@@ -129,6 +130,9 @@ class Policy:
         value = self.segment_cache_bytes
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"segment_cache_bytes must be a non-negative int or None, not {value!r}")
+        value = self.min_parallel_pack_chars
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"min_parallel_pack_chars must be a positive int or None, not {value!r}")
         for name in ("min_cached_call_chars", "max_joined_call_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -446,6 +446,13 @@ def _compiles_byte_compress(context) -> bool:
     return BYTE_COMPRESS_FEATURE in features.split(",")
 
 
+def kernels_have_byte_compress() -> bool:
+    """``has_byte_compress`` from Python (numba loaded): whether the kernels are compiled for AVX-512 VBMI2."""
+    from numba.core.registry import cpu_target
+
+    return _compiles_byte_compress(cpu_target.target_context)
+
+
 @intrinsic
 def has_byte_compress(typingctx):
     """A compile-time constant: whether ``utf8_block`` is one vector byte compress (AVX-512 VBMI2) on the CPU

@@ -111,5 +111,19 @@ def test_parallel_packing_busy_pool():
 
 
 def test_policy_rejects_bad_threshold():
-    with pytest.raises(ValueError, match="min_parallel_pack_chars"):
-        kimi_tok.Policy.from_env().replace(min_parallel_pack_chars=0)
+    for bad in (0, -5, 2.5, True, "1000"):
+        with pytest.raises(ValueError, match="min_parallel_pack_chars"):
+            kimi_tok.Policy.from_env().replace(min_parallel_pack_chars=bad)
+
+
+def test_the_threshold_follows_the_cpu_unless_the_policy_sets_it():
+    """By default a call transcodes on threads from 4M characters where the kernels have AVX-512 VBMI2's byte
+    compress (one compiled pass is 16 characters a step there), from 2M elsewhere; a policy's value wins."""
+    from kimi_tok.engine.engine import PARALLEL_PACK_CHARS
+    from kimi_tok.native.simd import kernels_have_byte_compress
+
+    assert kimi_tok.Policy().min_parallel_pack_chars is None
+    tok = k3_tokenizer(kimi_tok.Policy.from_env(segment_cache_bytes=0))
+    assert tok.engine.min_parallel_pack_chars == PARALLEL_PACK_CHARS[kernels_have_byte_compress()]
+    assert PARALLEL_PACK_CHARS == {True: 1 << 22, False: 1 << 21}
+    assert k3_tokenizer(kimi_tok.Policy.from_env().replace(**LOW)).engine.min_parallel_pack_chars == 1_000
