@@ -249,6 +249,19 @@ class Speculation(NamedTuple):
     call: RecentCall | None = None  # this call, as remembered for later ones
 
 
+_STORING: weakref.WeakSet = weakref.WeakSet()  # caches a helper thread may be storing into (store_elsewhere)
+
+
+def _settle_all() -> None:
+    """Before a fork: wait for the stores helpers are making, so that a child inherits no lock or run half made."""
+    for cache in list(_STORING):
+        cache.settle()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_settle_all)
+
+
 class SegmentCache:
     """``(text, allow_special, tiktoken_safe) -> uint32 ids``, stored in runs, LRU within ``budget_bytes``.
 
@@ -293,7 +306,7 @@ class SegmentCache:
                 owner, pending = self._pending.pop()  # atomic: each handle is waited for once
             except IndexError:  # another thread took the last one
                 break
-            if owner == pid:  # a forked child has none of its parent's threads to wait for
+            if owner == pid:  # a child forked past the hook below has none of its parent's threads to wait for
                 pending.result()
 
     def plan(self, segments: list[Segment], tiktoken_safe: bool) -> CachePlan:
@@ -588,6 +601,7 @@ class SegmentCache:
             store()
         else:
             self._pending.append((os.getpid(), pending))
+            _STORING.add(self)
 
     def _add_run(self, run: Run, ids: np.ndarray, bounds: np.ndarray, after: tuple[Run, int] | None = None,
                  owned: bool = False) -> None:

@@ -12,6 +12,7 @@ concurrent use from several threads, and ``count_tokens``.
 
 from __future__ import annotations
 
+import os
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -607,6 +608,40 @@ def test_a_call_returns_before_a_helper_stores_its_segments(ref, monkeypatch):
     assert len(cache) == len(segments)  # raised once; the cache holds what it held
     monkeypatch.setattr(cache, "store", store)
     assert tok.encode_segments(rerender(other)).ids == ref.encode_segments(other)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_fork_waits_for_the_stores_a_helper_is_making(ref, monkeypatch):
+    """A process forked while a helper stores a call's segments waits for the store first: the child
+    inherits the whole run (and no lock held by a thread it does not have) and encodes from it."""
+    import time
+
+    tok = kimi_tok.kimi_k3(segment_cache_bytes=BIG_BUDGET + 4)
+    cache = tok.segment_cache
+    cache.clear()
+    store = cache.store
+
+    def slow_store(*args, **kwargs):
+        time.sleep(0.2)
+        return store(*args, **kwargs)
+
+    monkeypatch.setattr(cache, "store", slow_store)
+    segments = chat_turn(2, tok.policy.min_cached_call_chars + 1_000)
+    expected = ref.encode_segments(segments)
+    assert tok.encode_segments(segments).ids == expected
+    assert cache._pending  # still storing
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest from here on
+        ok = False
+        try:
+            hits = cache.hits
+            ok = (len(cache) == len(segments) and tok.encode_segments(rerender(segments)).ids == expected
+                  and cache.hits == hits + len(segments))
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert len(cache) == len(segments)
 
 
 @pytest.mark.parametrize("segments, message", [
