@@ -3,9 +3,9 @@ only on ``(text, allow_special, tiktoken_safe)``, so they are reused exactly.
 
 ``SegmentReuse`` is what a Tokenizer with a segment cache hands its calls to: it plans each
 call against the cache (``segment_cache``), has the engine encode only the segments the cache
-does not hold, and has a helper thread store them once the call has returned. A call that extends a recent one (an agent loop's next turn)
-encodes its new segments while a helper thread plans it (``encode_ahead``; helpers wait in
-compiled code on Linux: ``parking``).
+does not hold, and has a helper thread store them once the call has returned. A call that
+extends a recent one (an agent loop's next turn) encodes its new segments while a helper
+thread plans it (``encode_ahead``; helpers wait in compiled code on Linux: ``parking``).
 """
 
 from __future__ import annotations
