@@ -71,6 +71,6 @@ def test_a_tokenizers_tables_and_piece_caches_are_in_huge_page_mappings():
     assert isinstance(_mapping_of(cache.short_slots), mmap.mmap) and isinstance(_mapping_of(cache.pair_memo), mmap.mmap)
     assert _mapping_of(cache.short_slots) is not _mapping_of(cache.pair_memo)
     assert not any(isinstance(_mapping_of(array), mmap.mmap) for array in cache[:8])  # the general table
-    assert not cache.slots.any() and not cache.used.any()  # free slots are 0: pages backed as they are probed
+    assert (cache.slots == bpe.tables.EMPTY).all() and not cache.used.any()
     assert not cache.short_slots.any() and not cache.pair_memo.any()  # empty: merged pieces only, no copy
     assert isinstance(_mapping_of(tok.engine.stages.pretokenizer.scan_table), mmap.mmap)

@@ -30,7 +30,7 @@ class PieceCache(NamedTuple):
     ``new_piece_cache`` allocated.
     """
 
-    slots: np.ndarray  # int64 entry index + 1 per slot, 0 if free (so a table's pages are backed as probed)
+    slots: np.ndarray  # int64 entry index per slot, EMPTY if free
     key_at: np.ndarray  # int64 offset of each entry's piece bytes in key_bytes
     key_len: np.ndarray  # int64
     ids_at: np.ndarray  # int64 offset of each entry's ids in ids
@@ -91,13 +91,14 @@ def new_piece_cache(vocabulary_short: np.ndarray | None = None, entries: int = M
 
 
 def _new_general_table(entries: int, key_bytes: int, ids: int) -> list[np.ndarray]:
-    """slots, key_at, key_len, ids_at, ids_len, key_bytes, ids, used: empty (all zeros, free slots included).
-    Small pages, backed as they are probed and written: huge pages would back 2 MB of each array at its first
-    entry (14 MB a cache for a few pieces), and calls read as fast (docs/performance.md, "Piece caches reserved
-    at full size")."""
-    return [np.zeros(shape, dtype=dtype) for shape, dtype in (
+    """slots, key_at, key_len, ids_at, ids_len, key_bytes, ids, used: empty. Small pages, backed as entries
+    are written: huge pages would back 2 MB of each array at its first entry (14 MB a cache for a few
+    pieces), and calls read as fast (docs/performance.md, "Piece caches reserved at full size")."""
+    arrays = [np.zeros(shape, dtype=dtype) for shape, dtype in (
         (2 * entries, np.int64), (entries, np.int64), (entries, np.int64), (entries, np.int64), (entries, np.int64),
         (key_bytes, np.uint8), (ids, np.int32), (N_USED, np.int64))]
+    arrays[0].fill(EMPTY)
+    return arrays
 
 
 def _new_short_table(entries: int, memo: bool = False) -> np.ndarray:
@@ -236,9 +237,9 @@ def _move_general_entries(old, new):
         start = old.key_at[entry]
         end = start + old.key_len[entry]
         slot = np.int64(hash_span(old.key_bytes, start, end) & np.uint64(mask))
-        while new.slots[slot] != 0:
+        while new.slots[slot] != EMPTY:
             slot = (slot + 1) & mask
-        new.slots[slot] = entry + 1
+        new.slots[slot] = entry
         new.key_at[entry] = start
         new.key_len[entry] = old.key_len[entry]
         new.ids_at[entry] = old.ids_at[entry]
@@ -257,7 +258,7 @@ def cache_find(cache, buf, start, end, h):
     length = end - start
     slot = np.int64(h & np.uint64(mask))
     while True:
-        entry = cache.slots[index(slot)] - 1  # EMPTY for a free slot
+        entry = cache.slots[index(slot)]
         if entry == EMPTY:
             return EMPTY, slot
         if cache.key_len[index(entry)] == length and spans_equal(cache.key_bytes, cache.key_at[index(entry)], buf,
@@ -280,7 +281,7 @@ def cache_store(cache, slot, h, buf, start, end, ids, ids_start, ids_end):
         _start_general_table_over(cache)
         slot = np.int64(h & np.uint64(cache.slots.shape[0] - 1))
     entry = used[index(ENTRIES)]
-    cache.slots[index(slot)] = entry + 1
+    cache.slots[index(slot)] = entry
     key_at = used[index(KEY_BYTES_USED)]
     ids_at = used[index(IDS_USED)]
     cache.key_at[index(entry)] = key_at
@@ -299,7 +300,7 @@ def cache_store(cache, slot, h, buf, start, end, ids, ids_start, ids_end):
 @leaf
 def _start_general_table_over(cache):
     for k in range(cache.slots.shape[0]):
-        cache.slots[index(k)] = 0
+        cache.slots[index(k)] = EMPTY
     cache.used[index(ENTRIES)] = 0
     cache.used[index(KEY_BYTES_USED)] = 0
     cache.used[index(IDS_USED)] = 0
