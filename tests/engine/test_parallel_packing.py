@@ -127,3 +127,26 @@ def test_the_threshold_follows_the_cpu_unless_the_policy_sets_it():
     assert tok.engine.min_parallel_pack_chars == PARALLEL_PACK_CHARS[kernels_have_byte_compress()]
     assert PARALLEL_PACK_CHARS == {True: 1 << 22, False: 1 << 21}
     assert k3_tokenizer(kimi_tok.Policy.from_env().replace(**LOW)).engine.min_parallel_pack_chars == 1_000
+
+
+def test_calls_either_side_of_the_threshold_give_reference_ids(ref, monkeypatch):
+    """The default kimi_k3() packs a call just under its threshold (past the 1M characters it once was) in one
+    compiled pass and one just over it on threads; both give the reference's ids. Mixed scripts, so that the
+    one pass meets characters of every width."""
+    from kimi_tok.engine import engine as engine_module
+    from kimi_tok.samples import sample_prompt
+
+    tok = kimi_tok.kimi_k3(segment_cache_bytes=0)
+    limit = tok.engine.min_parallel_pack_chars
+    assert limit > 1 << 20
+    on_threads = []
+    real = engine_module.utf8_on_threads
+    monkeypatch.setattr(engine_module, "utf8_on_threads", lambda *a, **k: on_threads.append(1) or real(*a, **k))
+    wide = ["caf\u00e9 cr\u00e8me ", "\u0436\u0443\u043a ", "\u4e2d\u6587\u3002", "x\U0001f600 "]
+    for k, n in enumerate((limit - 20_000, limit + 20_000)):
+        segments = sample_prompt(n // 2, seed=k)
+        segments += [(wide[i % 4] * (n // 2 // len(wide[i % 4]) // 4), False) for i in range(4)]
+        chars = sum(len(text) for text, _ in segments)
+        assert (chars < limit) == (k == 0), (chars, limit)
+        assert_parity(tok, ref, segments)
+        assert len(on_threads) == k  # the first call in one pass, the second on threads
