@@ -61,6 +61,9 @@ SAMPLE_CHARS = 16  # characters sampled at the start, middle and end of a long t
 # Shorter texts (chat-template tags, roles, tool names) repeat all over a prompt: past a call's
 # first segment they are found next to their neighbours inside a run, not through the index.
 MIN_INDEXED_CHARS = 64
+# A call whose long segments hold at least this share of its characters, none of them cached, is
+# planned no further: runs could offer only short ones, which cost little to encode again.
+MIN_LONG_SHARE = 0.875
 KEY_SIZE = 8  # bytes per segment key (int64)
 RECENT_CALLS = 8  # calls remembered for guessing where the next one starts being new (interleaved conversations)
 ENDING_KEYS = 4  # keys of a call's last segments that a call extending it must repeat (a turn ends in template
@@ -338,6 +341,9 @@ class SegmentCache:
         fingerprints: dict[int, tuple] = {}
         index = self._index
         n = len(segments)
+        chars = self._chars_if_long_ones_are_new(segments, tiktoken_safe, fingerprints)
+        if chars is not None:
+            return self._speculation(segments, tiktoken_safe, spans, list(range(n)), fingerprints, chars)
         keys = key_bytes = None  # the call's keys, computed only if a run and the call differ
         run: Run | None = None
         span_start = at = 0  # the current span: run positions span_start..at-1
@@ -378,7 +384,8 @@ class SegmentCache:
             text, allow = segments[i]
             found = None
             if len(text) >= MIN_INDEXED_CHARS or i == 0:
-                fingerprints[i] = fingerprint((text, allow, tiktoken_safe))
+                if i not in fingerprints:
+                    fingerprints[i] = fingerprint((text, allow, tiktoken_safe))
                 with self._lock:
                     found = index.get(fingerprints[i])
                     if found is not None:
@@ -401,11 +408,34 @@ class SegmentCache:
             spans.append(Span(run, span_start, at, span_at, verified))
         chars = (sum(span.run.char_ends[span.end] - span.run.char_ends[span.first] for span in spans)
                  + sum(len(segments[j][0]) for j in missing))
-        ending = tuple(2 * len(text) + allow for text, allow in segments[max(0, n - ENDING_KEYS):])
-        call = RecentCall(n, ending, chars, tiktoken_safe)
+        return self._speculation(segments, tiktoken_safe, spans, missing, fingerprints, chars)
+
+    def _speculation(self, segments: list[Segment], tiktoken_safe: bool, spans: list[Span], missing: list[int],
+                     fingerprints: dict[int, tuple], chars: int) -> Speculation:
+        """The speculation of ``spans`` and ``missing``, the call (of ``chars`` characters) remembered."""
+        ending = tuple(2 * len(text) + allow for text, allow in segments[max(0, len(segments) - ENDING_KEYS):])
+        call = RecentCall(len(segments), ending, chars, tiktoken_safe)
         with self._lock:
             self._remember_call(call)
         return Speculation(spans, missing, segments, tiktoken_safe, fingerprints, call)
+
+    def _chars_if_long_ones_are_new(self, segments: list[Segment], tiktoken_safe: bool,
+                                    fingerprints: dict[int, tuple]) -> int | None:
+        """The characters of ``segments`` if the index holds none of the long ones and they hold at least
+        ``MIN_LONG_SHARE`` of the characters, else None (at the first one it holds). The fingerprints computed
+        are kept in ``fingerprints``."""
+        index = self._index
+        chars = long_chars = 0
+        with self._lock:
+            for i, (text, allow) in enumerate(segments):
+                n = len(text)
+                chars += n
+                if n >= MIN_INDEXED_CHARS:
+                    long_chars += n
+                    fingerprints[i] = found = fingerprint((text, allow, tiktoken_safe))
+                    if found in index:
+                        return None
+        return chars if long_chars >= MIN_LONG_SHARE * chars else None
 
     def _remember_call(self, call: RecentCall) -> None:
         calls = self._recent_calls
@@ -461,6 +491,9 @@ class SegmentCache:
         left = None  # (run, position) where the latest span part ended
         stretch = -1  # while segments are missing: where their stretch starts in ``missing``
         spec_missing = speculation.missing
+        if not speculation.spans:  # nothing offered: one stretch of missing segments
+            return self._plan_of(speculation, [(0, len(spec_missing))] if spec_missing else [], list(spec_missing),
+                                 [None] if spec_missing else [], sources)
         m = f = 0
 
         def add_missing(i: int) -> None:
@@ -503,6 +536,11 @@ class SegmentCache:
             m += 1
         if stretch >= 0:
             parts.append((stretch, len(missing)))
+        return self._plan_of(speculation, parts, missing, after, sources)
+
+    def _plan_of(self, speculation: Speculation, parts: list, missing: list[int], after: list,
+                 sources: list) -> CachePlan:
+        """The plan of ``parts`` (counted as hits and misses), with its layout made."""
         with self._lock:
             self.hits += len(speculation.segments) - len(missing)
             self.misses += len(missing)

@@ -331,6 +331,35 @@ def test_prompts_of_short_segments_only_are_reused(cached, plain):
     assert ids_of(cached, edited) == ids_of(plain, edited)
 
 
+def test_calls_whose_long_segments_are_all_new_are_planned_no_further(cached, plain, ref):
+    """No long segment cached and long ones holding most of the characters: speculate offers nothing
+    (the short template segments a run could offer cost less to encode than to plan), every segment
+    is missing, and the ids equal the reference's. One long segment cached, or short segments holding
+    more than MIN_LONG_SHARE's rest of the characters, and the call is planned in full."""
+    cached.encode_segments([seg for turn in range(3) for seg in chat_turn(turn, 1_500)])
+    cache = cached.segment_cache
+    fresh = [seg for turn in range(10, 13) for seg in chat_turn(turn, 1_500)]  # the same template, new texts
+    speculation = cache.speculate(fresh, True)
+    assert (speculation.spans, speculation.missing) == ([], list(range(len(fresh))))
+    assert set(speculation.fingerprints) == {4, 11, 18}  # the long texts' fingerprints, for the store
+    assert cache._recent_calls[-1].chars == sum(len(text) for text, _ in fresh)
+    plan = cache.resolve(speculation, cache.verify(speculation))
+    assert (plan.missing, plan.parts, plan.after) == (list(range(len(fresh))), [(0, len(fresh))], [None])
+    assert_same(ref.encode_segments(fresh), ids_of(cached, fresh), fresh, "long segments all new")
+    cache.settle()
+    assert cache.plan(rerender(fresh), True).missing == []  # stored as one run
+    # one long segment cached: every template segment is taken from a run again, only the new texts miss
+    mixed = [seg for turn in (20, 1, 21) for seg in chat_turn(turn, 1_500)]
+    assert cache.plan(mixed, True).missing == [4, 18]
+    assert_same(ref.encode_segments(mixed), ids_of(cached, mixed), mixed, "one long segment cached")
+    # short segments with a quarter of the characters: the template segments are still offered
+    words = [(f"w{k} ", False) for k in range(1_000)]
+    cached.encode_segments(words)
+    wordy = rerender(words) + [(sample_text(12_000, seed=77), False)]
+    assert cache.plan(wordy, True).missing == [len(words)]
+    assert_same(ref.encode_segments(wordy), ids_of(cached, wordy), wordy, "short segments reused")
+
+
 def test_turns_alternating_chunking_flags_keep_their_own_runs(cached, plain):
     """Runs stored with tiktoken_safe=True are never continued into a call with False (the ids
     of a long whitespace run differ between the two), and the other way round."""
