@@ -18,7 +18,7 @@ sub-strings are independent.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import NamedTuple
 
@@ -127,11 +127,21 @@ class Engine:
             return NO_IDS.copy(), NO_BOUNDS.copy()
         return self.encode_packed(self.pack(segments, tiktoken_safe, validated), n_jobs)
 
+    def encode_with_regather(self, segments: Sequence, tiktoken_safe: bool,
+                             validated: bool = False) -> tuple[np.ndarray, np.ndarray, Callable[[], np.ndarray] | None]:
+        """``encode_with_bounds`` and, when the call shared parts among threads, a function that gathers
+        its ids again into a new array from memory only the engine holds: a copy that writes to
+        ``ids`` never reach, which another thread can make after the call has returned. None otherwise."""
+        if not segments:
+            return NO_IDS.copy(), NO_BOUNDS.copy(), None
+        return self.encode_packed(self.pack(segments, tiktoken_safe, validated), regather=True)
+
     def encode_packed(self, packed: PackedSegments, n_jobs: int | None = None, timings: dict | None = None,
-                      with_bounds: bool = True):
+                      with_bounds: bool = True, regather: bool = False):
         """Run the compiled stages over packed segments; returns ``(ids, segment_bounds)``
         (``segment_bounds`` is None unless ``with_bounds``). ``timings``: seconds per stage are
-        recorded there (the stages then run one by one)."""
+        recorded there (the stages then run one by one). ``regather``: a third item, as
+        ``encode_with_regather`` gives it."""
         policy = self.policy
         n_jobs = policy.n_jobs if n_jobs is None else n_jobs
         clock = StageClock(timings)
@@ -139,11 +149,14 @@ class Engine:
         threads = policy.backend == "threads"
         shares_parts = timings is None and self.fuses and threads and not policy.hash_routing
         if timings is None and self.runs_fused(buf.shape[0], n_jobs):
-            return self.encode_fused(packed, with_bounds)
+            return self.encode_fused(packed, with_bounds) + ((None,) if regather else ())
         min_bytes = self._min_bytes_per_job(shares_parts)
         if shares_parts:
-            ids, bounds = encode_parts_on_threads(self.stages, packed, self.flags, n_jobs, self.splits_after_newline,
-                                                  policy)
+            shared = encode_parts_on_threads(self.stages, packed, self.flags, n_jobs, self.splits_after_newline,
+                                             policy)
+            ids, bounds = shared.ids_and_bounds()
+            if regather:
+                return ids, (bounds if with_bounds else None), lambda: shared.ids_and_bounds()[0]
             return ids, (bounds if with_bounds else None)
         chunk_start, chunk_end, chunk_segment = cut_chunks(buf, packed.seg_start, packed.seg_end, packed.needs_cuts)
         clock.lap("chunking")
@@ -169,7 +182,8 @@ class Engine:
                                                               groups, n_jobs)
         if len(groups) > 1:
             clock.lap(f"specials+pretokenize+bpe ({policy.backend})")
-        return ids, (segment_bounds(packed, run_start, run_out_end) if with_bounds else None)
+        return (ids, (segment_bounds(packed, run_start, run_out_end) if with_bounds else None)) + \
+            ((None,) if regather else ())
 
     def runs_fused(self, n_bytes: int, n_jobs: int | None = None) -> bool:
         """Whether a call of ``n_bytes`` of text on ``n_jobs`` runs as one compiled call (no fan-out)."""

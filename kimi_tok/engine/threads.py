@@ -79,9 +79,10 @@ def encode_groups_on_threads(encoder, buf, sub_start, sub_end, sub_allow, groups
 
 
 def encode_parts_on_threads(encoder, packed: PackedSegments, flags: np.ndarray, n_jobs: int,
-                            splits_after_newline: bool, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, segment_bounds)`` of ``packed``, encoded by this thread and ``n_jobs - 1`` pool threads
-    taking parts from one ``SharedParts`` (each with a piece cache of its own). A pool thread that
+                            splits_after_newline: bool, policy: Policy) -> SharedParts:
+    """``packed`` encoded by this thread and ``n_jobs - 1`` pool threads taking parts from one
+    ``SharedParts`` (each with a piece cache of its own), returned with every part done (its
+    ``ids_and_bounds`` gathers the ids, as often as asked). A pool thread that
     starts late (the pool busy with another call) finds fewer parts left, or none, and one that
     has not started when this thread has taken the last part is cancelled: nobody waits for a
     share decided in advance, nor for another call's work."""
@@ -105,7 +106,7 @@ def encode_parts_on_threads(encoder, packed: PackedSegments, flags: np.ndarray, 
         for helper in helpers:
             if not helper.cancel():
                 helper.result()  # it took parts: every part is done once it has returned
-    return shared.ids_and_bounds()
+    return shared
 
 
 def utf8_on_threads(texts: list[str], n_jobs: int, min_chars: int) -> list:

@@ -10,8 +10,9 @@ thread plans it (``encode_ahead``; helpers wait in compiled code on Linux: ``par
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
 
 from ..engine.engine import Encoded, Engine
 from ..engine.policy import Policy
@@ -70,12 +71,21 @@ class SegmentReuse:
         plan = cache.resolve(speculation, cache.verify(speculation))  # offered texts that differ are misses too
         missing = plan.missing
         todo = segments if len(missing) == len(segments) else [segments[i] for i in missing]
-        new_ids, bounds = engine.encode_with_bounds(todo, tiktoken_safe, validated=True)  # one compiled call
+        new_ids, bounds, regather = engine.encode_with_regather(todo, tiktoken_safe, validated=True)
         encoded = assemble(plan, new_ids, bounds, len(segments), want_ids)
         if missing:
-            # stored by a helper once this call has returned; the caller may write to what it got, so not that
-            kept = new_ids.copy() if encoded.ids is new_ids else new_ids
+            # stored by a helper once this call has returned; the caller may write to what it got, so the
+            # store takes a copy: gathered again from the engine's memory there when it can be (its fresh
+            # pages fault in off the call's path), else made here
+            if encoded.ids is not new_ids:
+                kept = _given(new_ids)
+            else:
+                kept = regather if regather is not None else _given(new_ids.copy())
             cache.store_elsewhere(self.helpers.start, segments, tiktoken_safe, plan, kept, bounds,
                                   speculation.fingerprints)
         return encoded
 
+
+def _given(ids: np.ndarray) -> Callable[[], np.ndarray]:
+    """``ids``, as a ``SegmentCache.store_elsewhere`` that gathers no copy of its own takes them."""
+    return lambda: ids

@@ -626,12 +626,12 @@ class SegmentCache:
         self._set_layout(plan, drafts)
 
     def store_elsewhere(self, start: Callable, segments: list[Segment], tiktoken_safe: bool, plan: CachePlan,
-                        ids: np.ndarray, bounds: np.ndarray, fingerprints: dict[int, tuple]) -> None:
+                        ids: Callable[[], np.ndarray], bounds: np.ndarray, fingerprints: dict[int, tuple]) -> None:
         """``draft_runs`` and ``store`` on the helper thread ``start`` hands them to (``HelperThreads.start``),
-        so that the call returns first, or on this thread when it returns None. ``ids``: the call's new ids,
-        which nobody else holds or writes to. Readers of the cache wait for it (``settle``)."""
+        so that the call returns first, or on this thread when it returns None. ``ids()``: the call's new ids,
+        in an array nobody else holds or writes to (made there). Readers of the cache wait for it (``settle``)."""
         def store() -> None:
-            self.store(segments, tiktoken_safe, plan, ids, bounds,
+            self.store(segments, tiktoken_safe, plan, ids(), bounds,
                        self.draft_runs(segments, tiktoken_safe, plan, fingerprints), owned=True)
 
         pending = start(store)

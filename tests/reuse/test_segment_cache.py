@@ -598,32 +598,50 @@ def test_short_calls_skip_the_cache(ref):
         kimi_tok.Policy(min_cached_call_chars=-1)
 
 
-def test_a_call_returns_before_a_helper_stores_its_segments(ref, monkeypatch):
+@pytest.mark.parametrize("where", ["one compiled call", "shared parts"])
+def test_a_call_returns_before_a_helper_stores_its_segments(ref, monkeypatch, where):
     """A long call's new segments are stored by a helper thread once the call has returned
     (``SegmentCache.store_elsewhere``): the caller may write to its ids at once, readers of the cache
-    (the next call, ``len``) wait for the store, and an error in it is raised there, not lost."""
+    (the next call, ``len``) wait for the store, and an error in it is raised there, not lost. A call
+    that shared parts among threads has the store's copy of its ids gathered again on the helper, from
+    the engine's own memory (``Engine.encode_with_regather``); another is copied before it returns."""
     import threading
     import time
+
+    from kimi_tok.engine.parts import SharedParts
 
     tok = kimi_tok.kimi_k3(segment_cache_bytes=BIG_BUDGET + 3)
     cache = tok.segment_cache
     cache.clear()
     stored_on: list[int] = []
+    gathered_on: list[int] = []
     store = cache.store
+    ids_and_bounds = SharedParts.ids_and_bounds
 
     def slow_store(*args, **kwargs):
         time.sleep(0.05)  # long enough for the caller to write to its ids first
         stored_on.append(threading.get_ident())
         return store(*args, **kwargs)
 
+    def gather(self):
+        gathered_on.append(threading.get_ident())
+        return ids_and_bounds(self)
+
     monkeypatch.setattr(cache, "store", slow_store)
-    segments = chat_turn(0, tok.policy.min_cached_call_chars + 1_000)
+    monkeypatch.setattr(SharedParts, "ids_and_bounds", gather)
+    n_chars = tok.policy.min_cached_call_chars + 1_000 if where == "one compiled call" else \
+        tok.engine.max_fused_bytes() + 10_000
+    segments = chat_turn(0, n_chars)
     ids = tok.encode_segments(segments).into_numpy()["ids"]
     expected = ref.encode_segments(segments)
     assert ids.tolist() == expected
     ids[:] = 0  # the caller's own array: the cache keeps a copy
     assert len(cache) == len(segments)  # waited for the store
     assert stored_on and threading.get_ident() not in stored_on  # made on a helper thread
+    if where == "shared parts":  # gathered by the call, then again by the store
+        assert len(gathered_on) == 2 and gathered_on[0] == threading.get_ident() != gathered_on[1], gathered_on
+    else:
+        assert gathered_on == []
     assert tok.encode_segments(rerender(segments)).ids == expected  # every segment from the cache
 
     def failing_store(*args, **kwargs):
