@@ -335,7 +335,7 @@ def test_calls_whose_long_segments_are_all_new_are_planned_no_further(cached, pl
     """No long segment cached and long ones holding most of the characters: speculate offers nothing
     (the short template segments a run could offer cost less to encode than to plan), every segment
     is missing, and the ids equal the reference's. One long segment cached, or short segments holding
-    more than MIN_LONG_SHARE's rest of the characters, and the call is planned in full."""
+    more than 1/8 of the characters (``MIN_LONG_SHARE``), and the call is planned in full."""
     cached.encode_segments([seg for turn in range(3) for seg in chat_turn(turn, 1_500)])
     cache = cached.segment_cache
     fresh = [seg for turn in range(10, 13) for seg in chat_turn(turn, 1_500)]  # the same template, new texts
