@@ -17,7 +17,8 @@ position. Short texts (chat-template tags, roles) repeat all over a prompt: the 
 asked about them only for a call's first segment; elsewhere they are taken from a run
 beside their neighbours (also backwards from a long segment the index found).
 
-A plan is made in three steps. ``speculate`` follows runs: the rest of a run is compared
+A plan is made in three steps. ``speculate`` follows runs (unless no long segment of the call
+is cached: then every segment is new and nothing more is planned): the rest of a run is compared
 with the call's next segments as two lists (one C loop: ``==``, which is ``is`` first;
 the part that reads all the text, done by a Tokenizer on another thread while the new
 segments are encoded), and only where they differ are segments matched by flags and
@@ -334,6 +335,10 @@ class SegmentCache:
         the segments just before it that equal the run's, backwards (a call opening with short
         chat-template segments). A segment that differs after all is looked up on its own or
         encoded (``resolve``). The comparisons hold no lock: runs never change.
+
+        First of all the long segments are looked up in the index (``_chars_if_long_ones_are_new``): if
+        none is there and they hold ``MIN_LONG_SHARE`` of the characters, every segment is missing and no
+        run is followed (the short ones a run could offer cost less to encode than to find).
         """
         self.settle()
         spans: list[Span] = []
