@@ -3,6 +3,7 @@
     python -m bench.bpe_ab HEAD~1                 # that commit's encode.py against the working tree's
     python -m bench.bpe_ab 9fbe311 --kinds ids,json --rounds 31
     python -m bench.bpe_ab HEAD --file merge --fresh --kinds de,zh,code   # merge.py, every piece fresh
+    python -m bench.bpe_ab /tmp/encode_variant.py --prompts 28000      # a variant file, 10k-token prompts, cold
 
 Whole calls compared across processes or across the two cores of the dev machine moved by a third between
 runs, and two builds of the package in one process do not compare (docs/performance.md). Here only the
@@ -18,6 +19,15 @@ not compare this way.
 each under the working tree's ``encode.py``; ``--fresh`` empties each piece cache before every text, so
 every piece is looked up and merged as in a text's first call (the time that keeps German and Chinese
 behind: docs/design-notes.md, "Faster merging of fresh pieces").
+
+``--prompts CHARS`` times the serving path's BPE instead: a fresh real prompt of about ``CHARS`` characters
+each round (``bench.realtext.real_prompt``, its texts joined), 64 MB written before each call so that the
+tables are cold as after other work, each version with a piece cache kept across rounds; the prompt's first
+call and the same prompt again (cold) are timed. A change can win there and lose on warm text, or the other
+way round (docs/performance.md, "A 10k-token call's fresh pieces").
+
+``base`` may also be the path of a variant of the file, kept outside the tree: an edit to a kernel module in
+the tree makes every kernel of the package compile again (the kernel cache is dropped whole).
 """
 
 from __future__ import annotations
@@ -74,19 +84,78 @@ def load_versions(base_source: str, folder: Path, file: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("base", help="a git revision whose file (--file) is compared with the working tree's")
+    p.add_argument("base", help="a git revision whose file (--file) is compared with the working tree's, or the "
+                                "path of a variant of that file")
     p.add_argument("--file", choices=sorted(FILES), default="encode", help="which file of pipeline/bpe differs")
     p.add_argument("--fresh", action="store_true", help="empty the piece caches before every text")
     p.add_argument("--kinds", default="ids,json,code,prose,de", help="kinds of bench.realtext")
     p.add_argument("--texts", type=int, default=4, help="fresh texts of up to 1 MB per kind")
     p.add_argument("--rounds", type=int, default=21, help="rounds per kind, the versions in turn (the first not timed)")
+    p.add_argument("--prompts", type=int, metavar="CHARS",
+                   help="time fresh real prompts of this many characters with cold caches instead of kinds")
+    p.add_argument("--seed", type=int, default=5, help="the prompts' seed (--prompts)")
     args = p.parse_args(argv)
+    if args.prompts is not None and args.prompts < 1:
+        p.error("--prompts must be a positive number of characters")
 
-    base_source = subprocess.run(["git", "show", f"{args.base}:{FILES[args.file]}"], cwd=ROOT, capture_output=True,
-                                 text=True, check=True).stdout
+    if Path(args.base).is_file():  # a variant kept outside the tree
+        base_source = Path(args.base).read_text()
+    else:
+        base_source = subprocess.run(["git", "show", f"{args.base}:{FILES[args.file]}"], cwd=ROOT,
+                                     capture_output=True, text=True, check=True).stdout
     with tempfile.TemporaryDirectory(prefix="kimi_tok_bpe_ab_") as folder:  # the modules and their kernels
-        compare(load_versions(base_source, Path(folder), args.file), args)
+        versions = load_versions(base_source, Path(folder), args.file)
+        (compare_prompts if args.prompts is not None else compare)(versions, args)
     return 0
+
+
+COLD_MB = 64  # written before each call of --prompts, as the serving bench does (bench.bench.ColdCaches)
+WARM_UP_ROUNDS = 4  # --prompts rounds not timed
+
+
+def compare_prompts(versions: dict, args: argparse.Namespace) -> None:
+    """``--prompts``: each round a fresh real prompt, both versions in turn, each call after 64 MB written; the
+    prompt's first call and the same prompt again, median microseconds and the paired ratio of first calls."""
+    import kimi_tok
+    from bench import settled
+    from bench.bench import ColdCaches
+    from bench.realtext import Drawer, Pool, real_prompt
+    from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
+
+    tok, = settled(kimi_tok.kimi_k3(n_jobs=1, segment_cache_bytes=0))
+    stages = tok.engine.stages
+    caches = {name: stages.piece_caches.take()[0] for name in versions}
+    drawer = Drawer(Pool.load(quiet=True), args.seed)
+    cold = ColdCaches(COLD_MB)
+    first: dict[str, list[float]] = {name: [] for name in versions}
+    again: dict[str, list[float]] = {name: [] for name in versions}
+    print(f"base {args.base}'s {args.file}.py against the working tree's; us of BPE alone on fresh prompts of "
+          f"~{args.prompts:,} characters, {COLD_MB} MB written before each call")
+    for r in range(WARM_UP_ROUNDS + args.rounds):
+        text = "".join(t for t, _ in real_prompt(drawer, args.prompts))
+        buf = np.frombuffer(text.encode("utf-8", "surrogatepass"), np.uint8)
+        runs = (np.zeros(1, np.int64), np.array([len(buf)], np.int64), np.full(1, -1, np.int64))
+        first_piece, piece_end = scan_runs(buf, *runs, stages.pretokenizer.scan_table)
+        ids = {}
+        for name in (("base", "tree") if r % 2 else ("tree", "base")):
+            for timings in (first[name], again[name]):
+                out = np.empty(len(buf) + 1, np.uint32)
+                run_out_end = np.empty(1, np.int64)
+                cold()
+                t0 = time.perf_counter()
+                n = versions[name].encode_runs(stages.tables, buf, *runs, first_piece, piece_end, out, run_out_end,
+                                               caches[name])
+                if r >= WARM_UP_ROUNDS:
+                    timings.append(time.perf_counter() - t0)
+                if name in ids and not np.array_equal(ids[name], out[:n]):
+                    raise SystemExit(f"round {r}: {name} gave other ids for the same prompt again")
+                ids[name] = out[:n]
+        if not np.array_equal(ids["base"], ids["tree"]):
+            raise SystemExit(f"round {r}: the two versions' ids differ")
+    ratio = statistics.median(b / t for b, t in zip(first["base"], first["tree"]))
+    print(f"first call: base {statistics.median(first['base']) * 1e6:7.1f}  tree {statistics.median(first['tree']) * 1e6:7.1f}"
+          f" us  base/tree paired {ratio:.3f}; the same prompt again: base {statistics.median(again['base']) * 1e6:7.1f}"
+          f"  tree {statistics.median(again['tree']) * 1e6:7.1f} us", flush=True)
 
 
 def compare(versions: dict, args: argparse.Namespace) -> None:

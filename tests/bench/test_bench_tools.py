@@ -200,6 +200,24 @@ def test_bpe_ab_compares_two_versions_of_the_bpe_loop_on_the_same_tables():
     assert re.search(r"ids: base +[\d.]+ +tree +[\d.]+ ms/MB +base/tree paired [\d.]+", result.stdout), result.stdout
 
 
+def test_bpe_ab_times_fresh_prompts_with_cold_caches_against_a_variant_file(tmp_path):
+    """``--prompts``: a variant file as the base (here HEAD's encode.py copied out of the tree), fresh real prompts
+    timed with 64 MB written before each call, first call and again; equal ids every round, a paired ratio."""
+    from bench import bpe_ab
+
+    variant = tmp_path / "encode_variant.py"
+    variant.write_text((REPO / bpe_ab.ENCODE_PATH).read_text())
+    result = subprocess.run([sys.executable, "-m", "bench.bpe_ab", str(variant), "--prompts", "3000", "--rounds",
+                             "2"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"base {variant}'s encode.py" in result.stdout and "64 MB written" in result.stdout, result.stdout
+    assert re.search(r"first call: base +[\d.]+ +tree +[\d.]+ us +base/tree paired [\d.]+; the same prompt again: "
+                     r"base +[\d.]+ +tree +[\d.]+ us", result.stdout), result.stdout
+    bad = subprocess.run([sys.executable, "-m", "bench.bpe_ab", "HEAD", "--prompts", "0"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--prompts must be a positive number" in bad.stderr, bad.stderr
+
+
 def test_bpe_ab_compares_two_versions_of_merging_on_fresh_pieces():
     """``--file merge --fresh``: HEAD's merge.py and the tree's, each under the tree's encode.py (its merge import
     pointed at that version), the piece caches emptied before every text; equal ids and a ratio per kind."""
