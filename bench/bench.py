@@ -386,8 +386,12 @@ def rounds_for(rounds: int, n_chars: int) -> int:
 def run_serving(encoders: dict, make_prompt: Callable[[int, int], list], sizes: list[tuple[str, int]],
                 rounds: int, cold: ColdCaches, max_peer_s: float, title: str, dump_dir: Path) -> list[dict]:
     """Every round: a new prompt of each size, each encoder once (rotating order, cold caches before
-    each call), ids compared with the reference. A peer whose previous size predicts more than
-    ``max_peer_s`` seconds per call is skipped at the larger sizes (tiktoken never is)."""
+    each call), ids compared with the reference. A size's prompts and their reference ids are made
+    before its rounds: the reference's ~0.35 s on one core (1M tokens), made just before a round, had
+    slowed the call after it, always the same encoder's in the rounds where it came first (in one
+    process, kimi_tok's default call at 1M: 32.8 ms after it, 17.5 without; docs/performance.md). A
+    peer whose previous size predicts more than ``max_peer_s`` seconds per call is skipped at the
+    larger sizes (tiktoken never is)."""
     from bench.peers import as_ids, first_difference
     from tests.reference import Reference, make_reference_encoding
 
@@ -408,9 +412,9 @@ def run_serving(encoders: dict, make_prompt: Callable[[int, int], list], sizes: 
                           flush=True)
         res = {"label": label, "n_chars": n_chars, "segments": [], "tokens": [], "seconds": {n: [] for n in active},
                "mismatch": {}, "skipped": [n for n in names if n not in active]}
-        for r in range(rounds_for(rounds, n_chars)):
-            segments = make_prompt(n_chars, k * 1000 + r)
-            ref = np.asarray(reference.encode_segments(segments), dtype=np.uint32)
+        prompts = [make_prompt(n_chars, k * 1000 + r) for r in range(rounds_for(rounds, n_chars))]
+        references = [np.asarray(reference.encode_segments(segments), dtype=np.uint32) for segments in prompts]
+        for r, (segments, ref) in enumerate(zip(prompts, references)):
             for name in _rotated(active, r):
                 prompt = rerender(segments)  # outside the timed region
                 cold()

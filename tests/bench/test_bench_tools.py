@@ -152,6 +152,55 @@ def test_bench_quick_runs_checks_ids_and_leaves_tracked_files_alone(tmp_path):
         assert (row.get("best_peer") or row.get("fastest_peer")) in peers
 
 
+def test_serving_rounds_make_their_prompts_and_reference_ids_before_the_timed_calls(monkeypatch, tmp_path):
+    """The reference's work (~0.35 s on one core at 1M tokens) never sits between two timed calls: a size's
+    prompts and reference ids are all made before its first timed call, then every encoder encodes every
+    round's prompt, in rotating order, and the ids are compared with that round's reference."""
+    import types
+
+    import numpy as np
+
+    import tests.reference as reference_module
+    from bench import bench
+
+    events = []
+
+    class Recording:
+        def encode_segments(self, segments):
+            events.append(("reference", segments[0][0]))
+            return [len(segments[0][0])]
+
+    monkeypatch.setattr(reference_module, "Reference", Recording)
+    monkeypatch.setattr(reference_module, "make_reference_encoding", lambda: types.SimpleNamespace(decode=str))
+
+    def make_prompt(n_chars, seed):
+        events.append(("prompt", seed))
+        return [("x" * (n_chars + seed % 1000), False)]
+
+    def encoder(name):
+        def encode(segments):
+            events.append((name, segments[0][0]))
+            return np.array([len(segments[0][0]) if name == "a" else 0], np.uint32)
+        return encode
+
+    results = bench.run_serving({"a": encoder("a"), "b": encoder("b")}, make_prompt, [("s", 10), ("m", 20)], 1,
+                                bench.ColdCaches(0), 60.0, "test", tmp_path)
+    rounds = bench.rounds_for(1, 10)
+    assert rounds == bench.rounds_for(1, 20) > 1
+    for k, (n_chars, result) in enumerate(zip((10, 20), results)):
+        texts = ["x" * (n_chars + r) for r in range(rounds)]
+        size_events = events[k * 4 * rounds:(k + 1) * 4 * rounds]
+        assert size_events[:2 * rounds] == ([("prompt", k * 1000 + r) for r in range(rounds)]
+                                            + [("reference", text) for text in texts])
+        calls = size_events[2 * rounds:]
+        assert all(name in ("a", "b") for name, _ in calls)
+        assert [text for _, text in calls] == [text for text in texts for _ in range(2)]
+        assert [name for name, _ in calls[:4]] == ["a", "b", "b", "a"]  # the order rotates
+        assert {name: len(s) for name, s in result["seconds"].items()} == {"a": rounds, "b": rounds}
+        assert set(result["mismatch"]) == {"b"}  # the ids were compared with each round's reference
+    assert len(events) == 8 * rounds
+
+
 def test_batch_bench_compares_encode_batch_with_a_loop():
     result = subprocess.run(
         [sys.executable, "-m", "bench.batch", "--prompts", "6", "--chars", "3000", "--rounds", "2"],
