@@ -63,6 +63,7 @@ from bench.realtext import KINDS, MB, TABLE_KINDS, Pool, real_prompt  # noqa: E4
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 README_PLOT = REPO_ROOT / "bench" / "speedup.png"
+COLD_MB = 64  # MB written before each serving-path call: other work, so CPU caches are cold
 CACHE_DIR = Path.home() / ".cache" / "kimi_tok_bench"
 SYNTHETIC_CHARS_PER_SIZE = 4  # the old headline's size labels: "1k" is a 4,000-character prompt
 KIMI, KIMI_NO_CACHE = "kimi_tok", "kimi_tok no cache"
@@ -545,7 +546,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="a slow peer's time budget: per-kind rows stop timing it after this many seconds in a "
                         "row; serving sizes skip it when its previous size predicts longer per call (default 3 s;"
                         " tiktoken, the reference, always runs)")
-    p.add_argument("--cold-mb", type=int, default=64, help="MB written before each serving-path call (0: none)")
+    p.add_argument("--cold-mb", type=int, default=COLD_MB, help="MB written before each serving-path call (0: none)")
     p.add_argument("--seed", type=int, default=0, help="which fresh text the rounds get")
     p.add_argument("--profile", action="store_true", help="kimi_tok's per-stage profile per kind and serving size")
     p.add_argument("--results-dir", default=str(RESULTS_DIR), help="where JSON and plots go (default bench/results)")

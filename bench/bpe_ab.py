@@ -109,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-COLD_MB = 64  # written before each call of --prompts, as the serving bench does (bench.bench.ColdCaches)
 WARM_UP_ROUNDS = 4  # --prompts rounds not timed
 
 
@@ -118,7 +117,7 @@ def compare_prompts(versions: dict, args: argparse.Namespace) -> None:
     prompt's first call and the same prompt again, median microseconds and the paired ratio of first calls."""
     import kimi_tok
     from bench import settled
-    from bench.bench import ColdCaches
+    from bench.bench import COLD_MB, ColdCaches
     from bench.realtext import Drawer, Pool, real_prompt
     from kimi_tok.pipeline.pretokenize.kimi_scanner import scan_runs
 
@@ -153,9 +152,9 @@ def compare_prompts(versions: dict, args: argparse.Namespace) -> None:
         if not np.array_equal(ids["base"], ids["tree"]):
             raise SystemExit(f"round {r}: the two versions' ids differ")
     ratio = statistics.median(b / t for b, t in zip(first["base"], first["tree"]))
-    print(f"first call: base {statistics.median(first['base']) * 1e6:7.1f}  tree {statistics.median(first['tree']) * 1e6:7.1f}"
-          f" us  base/tree paired {ratio:.3f}; the same prompt again: base {statistics.median(again['base']) * 1e6:7.1f}"
-          f"  tree {statistics.median(again['tree']) * 1e6:7.1f} us", flush=True)
+    us = {name: (statistics.median(first[name]) * 1e6, statistics.median(again[name]) * 1e6) for name in versions}
+    print(f"first call: base {us['base'][0]:7.1f}  tree {us['tree'][0]:7.1f} us  base/tree paired {ratio:.3f}; "
+          f"the same prompt again: base {us['base'][1]:7.1f}  tree {us['tree'][1]:7.1f} us", flush=True)
 
 
 def compare(versions: dict, args: argparse.Namespace) -> None:
