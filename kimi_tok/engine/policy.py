@@ -90,7 +90,9 @@ class Policy:
     interpreted_chars_while_loading: int = 1 << 17
     compile_jobs: int = field(default_factory=lambda: max(1, min(MAX_COMPILE_JOBS, usable_cores() - 1)))
     # fan-outs of one call over threads
-    min_bytes_per_shared_job: int = 1 << 16  # shared parts (the Kimi scanner): fans out from this per job
+    min_bytes_per_shared_job: int = 1 << 15  # shared parts (the Kimi scanner): fans out from this per job
+    # a batch item with this much text fans out on its own; shorter ones run on one thread each, side by side
+    min_batch_fan_out_bytes: int = 1 << 17
     fan_out_part_bytes: int = 1 << 15  # a part holds at least this much text ...
     shrink_per_job: int = 4  # ... and 1/(shrink_per_job * n_jobs) of the text left (guided) ...
     max_part_bytes: int = 1 << 20  # ... up to this much: a caller in compiled code sees Ctrl-C soon
@@ -113,7 +115,7 @@ class Policy:
 
     def __post_init__(self) -> None:
         for name in ("n_jobs", "helpers", "compile_jobs", "interpreted_chars_while_loading", "min_bytes_per_shared_job",
-                     "fan_out_part_bytes", "shrink_per_job", "min_bytes_per_job", "groups_per_job",
+                     "min_batch_fan_out_bytes", "fan_out_part_bytes", "shrink_per_job", "min_bytes_per_job", "groups_per_job",
                      "min_bytes_per_process_job", "unit_bytes", "merge_slice_bytes",
                      "min_ahead_plan_chars", "min_ahead_chars", "min_shared_bytes", "shared_part_bytes",
                      "shared_part_shrink", "min_reused_ids"):
