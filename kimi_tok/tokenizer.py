@@ -269,16 +269,13 @@ class Tokenizer:
             raise ValueError(f"n_jobs must be a positive int or None, not {n_jobs!r}")
         return self._engine.profile(segments, bool(tiktoken_safe), n_jobs or self.policy.n_jobs)
 
-    def _run(self, segments: Segments, tiktoken_safe: bool, want_ids: bool, joins: bool = True,
-             n_jobs: int | None = None):
-        """``joins`` False: ``Engine.short_call_ids`` declined the call already; ``n_jobs``: the policy's unless
-        given."""
+    def _run(self, segments: Segments, tiktoken_safe: bool, want_ids: bool, joins: bool = True):
+        """``joins`` False: ``Engine.short_call_ids`` declined the call already."""
         parts, interpreted = self._parts, self._interpreted
         if parts is None and interpreted is not None and not (self._loading and self._waits_for_kernels(segments)):
             return interpreted.encode(segments, tiktoken_safe, want_ids)  # kernels still compiling or loading
         engine, reuse = parts or self._compiled()
-        return (reuse if reuse is not None else engine).encode(segments, tiktoken_safe, want_ids, joins=joins,
-                                                               n_jobs=n_jobs)
+        return (reuse if reuse is not None else engine).encode(segments, tiktoken_safe, want_ids, joins=joins)
 
     def _waits_for_kernels(self, segments: Segments) -> bool:
         """Whether a call made while a warm start loads the kernels waits for them: its text is

@@ -5,17 +5,17 @@ before any work. Then, for a tokenizer with a segment cache, each item long enou
 (``Policy.min_cached_call_chars``) goes through the cache as its own call (``encode_each``): items long enough to fan out on their own
 (``fans_out``) are encoded one after another by this thread, each over the engine's pool as
 a single call would be; the others are taken one at a time, in order, by this thread and
-``n_jobs - 1`` batch workers, each item on the thread that took it (an item runs the compiled
-stages without the GIL, so one worker packs its next item while another encodes; n_jobs items
-side by side beat one item at a time over the pool up to ``Policy.min_batch_fan_out_bytes``). Without a segment cache there is nothing
+``n_jobs - 1`` batch workers (an item runs the compiled stages without the GIL, so one
+worker packs its next item while another encodes). Without a segment cache there is nothing
 to look up per item (nor for the items too short to use the cache): consecutive items are
 encoded as one engine call of all their segments
 (``encode_in_groups``, up to ``GROUP_CHARS`` of text each), which shares its parts over the
 threads, and the ids are cut back into items. Segments are encoded each on its own, so
 either way an item's ids are those of ``encode_segments``.
 
-The batch workers are threads of their own, not the engine's pool: a pool thread must never be
-one that waits on the pool.
+The batch workers are threads of their own, not the engine's pool: an item that fans out
+after all (its UTF-8 is longer than its characters suggest) waits on the engine's pool, so
+a pool thread must never be the one waiting.
 """
 
 from __future__ import annotations
@@ -71,16 +71,15 @@ def validate_items(items: Sequence, allow_special: bool) -> list[Segments]:
 
 
 def fans_out(n_chars: int, policy: Policy, fuses: bool) -> bool:
-    """Whether a batch item of ``n_chars`` characters fans out over threads on its own: with shared
-    parts from ``Policy.min_batch_fan_out_bytes``, else where a call surely fans out
-    (``Engine.encode_packed``: from twice the per-job minimum of bytes; a character is at least one byte)."""
+    """Whether a call of ``n_chars`` characters surely fans out over threads on its own
+    (``Engine.encode_packed``: from twice the per-job minimum of bytes; a character is at
+    least one byte)."""
     if policy.n_jobs == 1:
         return False
     if policy.backend != "threads":
         return n_chars >= 2 * policy.min_bytes_per_process_job
-    if fuses and not policy.hash_routing:
-        return n_chars >= max(policy.min_batch_fan_out_bytes, 2 * policy.min_bytes_per_shared_job)
-    return n_chars >= 2 * policy.min_bytes_per_job
+    shares_parts = fuses and not policy.hash_routing
+    return n_chars >= 2 * (policy.min_bytes_per_shared_job if shares_parts else policy.min_bytes_per_job)
 
 
 def encode_items(run: Callable, items: list[Segments], tiktoken_safe: bool, engine: Engine,
@@ -91,16 +90,14 @@ def encode_items(run: Callable, items: list[Segments], tiktoken_safe: bool, engi
         return encode_in_groups(engine, items, tiktoken_safe)
     limit = engine.policy.min_cached_call_chars  # shorter items skip the cache as calls: encoded in groups
     short = [i for i, item in enumerate(items) if sum(len(text) for text, _ in item) < limit]
-    def encode(item: Segments, n_jobs: int | None = None) -> np.ndarray:
-        return run(item, tiktoken_safe, True, n_jobs=n_jobs).ids
-
     if not short:
-        return encode_each(encode, items, engine.policy, engine.fuses)
+        return encode_each(lambda item: run(item, tiktoken_safe, True).ids, items, engine.policy, engine.fuses)
     results: list = [None] * len(items)
     for i, ids in zip(short, encode_in_groups(engine, [items[i] for i in short], tiktoken_safe)):
         results[i] = ids
     rest = [i for i in range(len(items)) if results[i] is None]
-    for i, ids in zip(rest, encode_each(encode, [items[i] for i in rest], engine.policy, engine.fuses)):
+    for i, ids in zip(rest, encode_each(lambda item: run(item, tiktoken_safe, True).ids, [items[i] for i in rest],
+                                        engine.policy, engine.fuses)):
         results[i] = ids
     return results
 
@@ -125,11 +122,10 @@ def encode_in_groups(engine: Engine, items: list[Segments], tiktoken_safe: bool)
     return results
 
 
-def encode_each(encode: Callable[..., np.ndarray], items: list[Segments], policy: Policy,
+def encode_each(encode: Callable[[Segments], np.ndarray], items: list[Segments], policy: Policy,
                 fuses: bool) -> list[np.ndarray]:
     """``[encode(item) for item in items]``: long items first, on this thread; the others shared
-    with up to ``n_jobs - 1`` batch workers, each as ``encode(item, n_jobs=1)`` (several at once do
-    not also fan out). In item order."""
+    with up to ``n_jobs - 1`` batch workers. In item order."""
     results: list[np.ndarray | None] = [None] * len(items)
     short: list[int] = []
     for i, item in enumerate(items):
@@ -151,7 +147,7 @@ def encode_each(encode: Callable[..., np.ndarray], items: list[Segments], policy
                 k = next(claims)
                 if k >= len(short):
                     return
-                results[short[k]] = encode(items[short[k]], n_jobs=1)
+                results[short[k]] = encode(items[short[k]])
         except BaseException:
             stop.set()
             raise

@@ -88,22 +88,21 @@ class Engine:
         return pack_segments(segments, tiktoken_safe, self.flags, validated=True, utf8=utf8)
 
     def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, validated: bool = False,
-               joins: bool = True, n_jobs: int | None = None) -> Encoded:
+               joins: bool = True) -> Encoded:
         """All ids of ``segments`` (validated here unless ``validated``), without any reuse across calls;
-        ``joins``: try ``encode_short`` first (False: the caller already did); ``n_jobs``: the policy's unless
-        given."""
+        ``joins``: try ``encode_short`` first (False: the caller already did)."""
         if joins:
             short = self.encode_short(segments, tiktoken_safe, want_ids, self.policy.max_joined_call_chars)
             if short is not None:
                 return short
         ids = self.encode_packed(self.pack(segments if validated else validate_segments(segments), tiktoken_safe,
-                                           validated=True), n_jobs, with_bounds=False)[0]
+                                           validated=True), with_bounds=False)[0]
         return Encoded(ids if want_ids else None, len(ids))
 
     def encode_short(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool, max_chars: int) -> Encoded | None:
         """``encode`` of a call of at most ``max_chars`` characters that runs as one compiled call
         (``short_call_ids``); None for any other call, which nothing was done for."""
-        ids = self.short_call_ids(segments, tiktoken_safe, max_chars, self.max_fused_bytes())
+        ids = self.short_call_ids(segments, tiktoken_safe, max_chars, self.max_short_call_bytes())
         if ids is None:
             return None
         return Encoded(ids if want_ids else None, len(ids))
@@ -119,7 +118,12 @@ class Engine:
 
     def short_call_limits(self) -> tuple[int, int]:
         """``(max_chars, max_bytes)`` of the calls ``encode`` tries as short calls (``short_call_ids``)."""
-        return self.policy.max_joined_call_chars, self.max_fused_bytes()
+        return self.policy.max_joined_call_chars, self.max_short_call_bytes()
+
+    def max_short_call_bytes(self) -> int:
+        """Short calls have less UTF-8 than this: than ``Policy.max_joined_call_bytes``, or than a packed call
+        would fan out from (``max_fused_bytes``), whichever is more."""
+        return max(self.policy.max_joined_call_bytes, self.max_fused_bytes())
 
     def encode_with_bounds(self, segments: Sequence, tiktoken_safe: bool, n_jobs: int | None = None,
                            validated: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -128,14 +132,14 @@ class Engine:
             return NO_IDS.copy(), NO_BOUNDS.copy()
         return self.encode_packed(self.pack(segments, tiktoken_safe, validated), n_jobs)
 
-    def encode_with_regather(self, segments: Sequence, tiktoken_safe: bool, validated: bool = False,
-                             n_jobs: int | None = None) -> tuple[np.ndarray, np.ndarray, Callable[[], np.ndarray] | None]:
+    def encode_with_regather(self, segments: Sequence, tiktoken_safe: bool,
+                             validated: bool = False) -> tuple[np.ndarray, np.ndarray, Callable[[], np.ndarray] | None]:
         """``encode_with_bounds`` and, when the call shared parts among threads, a function that gathers
         its ids again into a new array from memory only the engine holds: a copy that writes to
         ``ids`` never reach, which another thread can make after the call has returned. None otherwise."""
         if not segments:
             return NO_IDS.copy(), NO_BOUNDS.copy(), None
-        return self.encode_packed(self.pack(segments, tiktoken_safe, validated), n_jobs, regather=True)
+        return self.encode_packed(self.pack(segments, tiktoken_safe, validated), regather=True)
 
     def encode_packed(self, packed: PackedSegments, n_jobs: int | None = None, timings: dict | None = None,
                       with_bounds: bool = True, regather: bool = False):

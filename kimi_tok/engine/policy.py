@@ -77,8 +77,11 @@ class Policy:
     backend: str = "threads"
     hash_routing: bool = False
     segment_cache_bytes: int = DEFAULT_SEGMENT_CACHE_BYTES
-    min_cached_call_chars: int = 1 << 16  # shorter calls skip the segment cache: encoding costs less than planning
-    max_joined_call_chars: int = 1 << 16  # calls up to this long are read in place, not packed (native.cpython)
+    # shorter calls skip the segment cache: read in place on one thread, a fresh one took less than planned and
+    # packed (docs/performance.md, "Short calls up to 128k characters")
+    min_cached_call_chars: int = 1 << 17
+    max_joined_call_chars: int = 1 << 17  # calls up to this long are read in place, not packed (native.cpython) ...
+    max_joined_call_bytes: int = 3 << 16  # ... if they have less UTF-8 than this, or than a packed call fans out from
     parked_helpers: bool = HAS_FUTEX
     helpers: int = field(default_factory=lambda: max(1, usable_cores() // 2))
     cache_dir: Path = field(default_factory=_default_cache_dir)  # the BPE tables built per vocabulary
@@ -91,8 +94,6 @@ class Policy:
     compile_jobs: int = field(default_factory=lambda: max(1, min(MAX_COMPILE_JOBS, usable_cores() - 1)))
     # fan-outs of one call over threads
     min_bytes_per_shared_job: int = 1 << 15  # shared parts (the Kimi scanner): fans out from this per job
-    # a batch item with this much text fans out on its own; shorter ones run on one thread each, side by side
-    min_batch_fan_out_bytes: int = 1 << 17
     fan_out_part_bytes: int = 1 << 15  # a part holds at least this much text ...
     shrink_per_job: int = 4  # ... and 1/(shrink_per_job * n_jobs) of the text left (guided) ...
     max_part_bytes: int = 1 << 20  # ... up to this much: a caller in compiled code sees Ctrl-C soon
@@ -114,9 +115,9 @@ class Policy:
     output_headroom: float = 1.25  # a reused output's block is this much longer than the output
 
     def __post_init__(self) -> None:
-        for name in ("n_jobs", "helpers", "compile_jobs", "interpreted_chars_while_loading", "min_bytes_per_shared_job",
-                     "min_batch_fan_out_bytes", "fan_out_part_bytes", "shrink_per_job", "min_bytes_per_job", "groups_per_job",
-                     "min_bytes_per_process_job", "unit_bytes", "merge_slice_bytes",
+        for name in ("n_jobs", "helpers", "compile_jobs", "interpreted_chars_while_loading", "max_joined_call_bytes",
+                     "min_bytes_per_shared_job", "fan_out_part_bytes", "shrink_per_job", "min_bytes_per_job",
+                     "groups_per_job", "min_bytes_per_process_job", "unit_bytes", "merge_slice_bytes",
                      "min_ahead_plan_chars", "min_ahead_chars", "min_shared_bytes", "shared_part_bytes",
                      "shared_part_shrink", "min_reused_ids"):
             value = getattr(self, name)

@@ -45,12 +45,10 @@ class SegmentReuse:
         max_chars, max_bytes = self.engine.short_call_limits()
         return min(max_chars, self.policy.min_cached_call_chars - 1), max_bytes
 
-    def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, joins: bool = True,
-               n_jobs: int | None = None) -> Encoded:
+    def encode(self, segments: Sequence, tiktoken_safe: bool, want_ids: bool = True, joins: bool = True) -> Encoded:
         """The call's ids (or only their count), encoding only the segments the cache does not
         hold, then caching them (calls under ``Policy.min_cached_call_chars`` go straight to the engine).
-        ``joins`` False: the caller tried ``Engine.short_call_ids`` with ``short_call_limits`` already.
-        ``n_jobs``: the policy's unless given (1: this thread only, nothing encoded ahead)."""
+        ``joins`` False: the caller tried ``Engine.short_call_ids`` with ``short_call_limits`` already."""
         # shorter calls skip the segment cache and encoding ahead: the engine validates them, and they cost
         # what they cost without a cache (docs/performance.md, "Where kimi_tok's time goes")
         policy = self.policy
@@ -61,21 +59,19 @@ class SegmentReuse:
         chars = count_chars(segments)
         if chars is not None and chars < policy.min_cached_call_chars:
             # encode_short declined it (other types, lone surrogates, too much UTF-8 to run fused): packed
-            return self.engine.encode(segments, tiktoken_safe, want_ids, joins=False, n_jobs=n_jobs)
-        # before validation: see its docstring
-        ahead = EncodeAhead.start(self, segments, tiktoken_safe, want_ids) if n_jobs != 1 else None
+            return self.engine.encode(segments, tiktoken_safe, want_ids, joins=False)
+        ahead = EncodeAhead.start(self, segments, tiktoken_safe, want_ids)  # before validation: see its docstring
         if ahead is not None:
             return ahead.run(self, segments, tiktoken_safe, want_ids)
         cache, engine = self.cache, self.engine
         segments = validate_segments(segments)
         if sum(len(text) for text, _ in segments) < self.policy.min_cached_call_chars:
-            # neither looked up nor stored
-            return engine.encode(segments, tiktoken_safe, want_ids, validated=True, n_jobs=n_jobs)
+            return engine.encode(segments, tiktoken_safe, want_ids, validated=True)  # neither looked up nor stored
         speculation = cache.speculate(segments, tiktoken_safe)
         plan = cache.resolve(speculation, cache.verify(speculation))  # offered texts that differ are misses too
         missing = plan.missing
         todo = segments if len(missing) == len(segments) else [segments[i] for i in missing]
-        new_ids, bounds, regather = engine.encode_with_regather(todo, tiktoken_safe, validated=True, n_jobs=n_jobs)
+        new_ids, bounds, regather = engine.encode_with_regather(todo, tiktoken_safe, validated=True)
         encoded = assemble(plan, new_ids, bounds, len(segments), want_ids)
         if missing:
             # stored by a helper once this call has returned; the caller may write to what it got, so the

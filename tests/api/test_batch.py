@@ -52,7 +52,7 @@ def test_ids_are_the_references_item_by_item(tok, ref, allow_special):
     dict(n_jobs=2),
     dict(n_jobs=4, segment_cache_bytes=0),
     dict(n_jobs=3, hash_routing=True),
-    dict(n_jobs=2, min_bytes_per_shared_job=1 << 12, fan_out_part_bytes=1 << 12),  # more items fan out
+    dict(n_jobs=2, min_bytes_per_shared_job=1 << 12, fan_out_part_bytes=1 << 12, max_joined_call_bytes=1),  # more fan out
 ])
 def test_every_setting_gives_the_ids_of_encode_segments(settings):
     tok = kimi_tok.kimi_k3(policy=Policy.from_env(**settings))
@@ -156,33 +156,3 @@ def test_with_a_cache_short_items_go_in_groups_and_long_ones_through_the_cache(r
         segments = [(item, True)] if isinstance(item, str) else item
         assert enc.ids == ref.encode_segments(segments)
     assert len(tok.segment_cache) == 3  # the long str (one segment) and the long list (two) only
-
-
-def test_items_shorter_than_the_batch_fan_out_run_side_by_side_on_one_thread_each(ref, monkeypatch):
-    """An item that a call of its own would fan out (from twice ``min_bytes_per_shared_job``) runs on one
-    thread in a batch, beside the others, up to ``min_batch_fan_out_bytes``; a longer one fans out alone."""
-    from kimi_tok.engine import engine as engine_module
-
-    policy = Policy.from_env(n_jobs=2, segment_cache_bytes=(1 << 24) + 5, min_bytes_per_shared_job=1 << 15,
-                             min_batch_fan_out_bytes=1 << 17)
-    tok = kimi_tok.kimi_k3(policy=policy)
-    tok.encode("warm")  # the tokenizer's kernels and warm-up probes before the count
-    threads_of_fan_outs: list[int] = []
-    real = engine_module.encode_parts_on_threads
-
-    def counted(*args):
-        threads_of_fan_outs.append(threading.get_ident())
-        return real(*args)
-
-    monkeypatch.setattr(engine_module, "encode_parts_on_threads", counted)
-    middle = [sample_text(90_000, seed=60 + k) for k in range(3)]  # 64 KB < UTF-8 < 128 KB
-    assert all(2 * policy.min_bytes_per_shared_job < len(t.encode()) < policy.min_batch_fan_out_bytes
-               for t in middle)
-    long = sample_text(200_000, seed=63)
-    assert tok.encode(middle[0]).ids == ref.encode(middle[0])
-    assert len(threads_of_fan_outs) == 1  # alone, such a call fans out
-    threads_of_fan_outs.clear()
-    tok.segment_cache.clear()
-    got = tok.encode_batch(middle + [long])
-    assert [enc.ids for enc in got] == [ref.encode(t) for t in middle + [long]]
-    assert threads_of_fan_outs == [threading.get_ident()]  # only the long item, from this thread

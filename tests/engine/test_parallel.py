@@ -38,9 +38,10 @@ MODES = ["threads", "routed", "processes"]
 
 # processes fan out from 1 MB per job; the ~1.5 MB prompts here should use them too
 PROCESSES_FROM_256_KB = {"min_bytes_per_process_job": 1 << 18}
-# fan out from 4 KB, split long sub-strings into 2 KB units: dozens of groups (or parts) per call
+# fan out from 4 KB (no call read in place on one thread past that), split long sub-strings into 2 KB units:
+# dozens of groups (or parts) per call
 SMALL_GROUPS = {"min_bytes_per_job": 4096, "min_bytes_per_shared_job": 4096, "fan_out_part_bytes": 2048,
-                "min_bytes_per_process_job": 4096, "unit_bytes": 2048}
+                "min_bytes_per_process_job": 4096, "unit_bytes": 2048, "max_joined_call_bytes": 1}
 
 
 def mode_policy(n_jobs: int, mode: str, **settings) -> Policy:
@@ -163,6 +164,33 @@ def test_a_generic_pattern_fans_out_in_groups(monkeypatch):
     assert len(groups) == 1 and len(groups[0]) > 2
 
 
+def test_calls_within_the_joined_limits_run_on_one_thread_read_in_place(ref, fan_outs):
+    """With two jobs, a call of up to ``max_joined_call_chars`` characters and less than ``max_joined_call_bytes``
+    of UTF-8 is one compiled call that reads its segments in place, although a packed call of its size would
+    fan out (from twice ``min_bytes_per_shared_job``); more characters or more UTF-8 than that fan out."""
+    tok = make_tokenizer(2, "threads", min_bytes_per_shared_job=4096, max_joined_call_chars=20_000,
+                         max_joined_call_bytes=30_000)
+    read_in_place = []
+    short_call_ids = tok.engine.short_call_ids
+
+    def spy(*args):
+        ids = short_call_ids(*args)
+        read_in_place.append(ids is not None)
+        return ids
+
+    tok.engine.short_call_ids = spy
+    under = sample_text(19_000, seed=31)
+    assert 8192 < len(under.encode()) < 30_000
+    wide = "\u0436\u0435 " * 5_000  # 15,000 characters, 25,000 bytes: over neither limit
+    wider = "\u0436\u0435 " * 6_500  # 19,500 characters, 32,500 bytes: more UTF-8 than the limit
+    longer = sample_text(21_000, seed=32)
+    for text, fans_out in ((under, False), (wide, False), (wider, True), (longer, True)):
+        read_in_place.clear()
+        fan_outs["threads"] = 0
+        assert tok.encode(text).ids == ref.encode(text)
+        assert fan_outs["threads"] == fans_out and read_in_place[:1] == [not fans_out], (len(text), read_in_place)
+
+
 def test_hash_routing_is_an_option_off_by_default(fan_outs):
     """Threads share parts of the text unless hash_routing=True (measured faster on 2 cores)."""
     vocabulary, specials = kimi_tok.vocab.embedded_kimi_k3()
@@ -223,9 +251,7 @@ def test_concurrent_callers_share_one_parallel_tokenizer(ref, fan_outs, backend)
             results = list(pool.map(lambda k: (k, tok.encode_to_numpy(prompts[k])), range(len(prompts))))
             for k, ids in results:
                 assert np.array_equal(ids, sequential[k]), f"prompt {k} differs when callers run at once"
-    # the prompts of 550k characters or more fanned out in every round; with shared parts (from 64 KB) the
-    # 90k one too
-    assert fan_outs[backend] == 3 * (4 if backend == "threads" else 3)
+    assert fan_outs[backend] == 3 * 3  # the three long prompts fanned out in every round
 
 
 def test_backend_argument_and_environment(monkeypatch):

@@ -26,7 +26,7 @@ NEWLINE_HEAVY = [
 @pytest.fixture(scope="module")
 def tiny_units():
     return k3_tokenizer(Policy.from_env(n_jobs=4, segment_cache_bytes=0).replace(
-        unit_bytes=16, fan_out_part_bytes=16, min_bytes_per_job=1, min_bytes_per_shared_job=1))
+        unit_bytes=16, fan_out_part_bytes=16, min_bytes_per_job=1, min_bytes_per_shared_job=1, max_joined_call_bytes=1))
 
 
 @pytest.mark.parametrize("text", NEWLINE_HEAVY)

@@ -162,7 +162,8 @@ def test_short_pieces_of_several_ids_in_blocks_of_tiny_pieces_give_reference_ids
     mixed = "".join(f"\nx{digests[rng.randrange(64):][:rng.randrange(40, 400)]}7{rng.choice(list(words.values()))}7"
                     for _ in range(600))
     shared = kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(n_jobs=2, segment_cache_bytes=0).replace(
-        min_bytes_per_job=4096, min_bytes_per_shared_job=4096, fan_out_part_bytes=2048, unit_bytes=2048))
+        min_bytes_per_job=4096, min_bytes_per_shared_job=4096, fan_out_part_bytes=2048, unit_bytes=2048,
+        max_joined_call_bytes=1))
     n_parts = []
     cut = parts.cut_into_parts
 

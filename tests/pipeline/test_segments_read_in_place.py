@@ -251,13 +251,15 @@ def test_policy_checks_max_joined_call_chars():
 
 @pytest.mark.parametrize("cache_bytes", [0, None])
 def test_few_characters_with_too_much_utf8_to_run_fused_fan_out_alike(ref, cache_bytes):
-    """40,000 characters but 140 KB of UTF-8 on two jobs: too much to run fused, so declined by the in-place
-    reader, then packed and fanned out (with and without the segment cache)."""
+    """60,000 characters but 210 KB of UTF-8 on two jobs: more than a call read in place may have
+    (``Engine.max_short_call_bytes``), so declined by the in-place reader, then packed and fanned out (with and
+    without the segment cache)."""
     kwargs = {} if cache_bytes is None else {"segment_cache_bytes": cache_bytes}
     tok = kimi_tok.kimi_k3(n_jobs=2, **kwargs)
     engine = tok._compiled()[0]
-    segments = [("🙂数" * 20_000, False), ("<|open|>", True)]
-    assert not engine.runs_fused(sum(len(text.encode()) for text, _ in segments))
+    segments = [("🙂数" * 30_000, False), ("<|open|>", True)]
+    n_bytes = sum(len(text.encode()) for text, _ in segments)
+    assert n_bytes >= engine.max_short_call_bytes() and not engine.runs_fused(n_bytes)
     results = []
     encode_pairs = engine.stages.encode_pairs
     engine.stages.encode_pairs = lambda *args: results.append(encode_pairs(*args)) or results[-1]

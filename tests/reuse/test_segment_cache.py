@@ -631,7 +631,7 @@ def test_a_call_returns_before_a_helper_stores_its_segments(ref, monkeypatch, wh
     monkeypatch.setattr(cache, "store", slow_store)
     monkeypatch.setattr(SharedParts, "ids_and_bounds", gather)
     n_chars = tok.policy.min_cached_call_chars + 1_000 if where == "one compiled call" else \
-        tok.engine.max_fused_bytes() + 10_000
+        max(tok.policy.min_cached_call_chars, tok.engine.max_fused_bytes()) + 10_000
     segments = chat_turn(0, n_chars)
     ids = tok.encode_segments(segments).into_numpy()["ids"]
     expected = ref.encode_segments(segments)
