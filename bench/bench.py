@@ -540,7 +540,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--peers", default=",".join(PEERS), help="peers beside kimi_tok (all, none, or a list)")
     p.add_argument("--rounds", type=int, default=None, help="rounds per row, each on fresh text (default 5)")
     p.add_argument("--kind-mb", type=float, default=None, help="MB of text per kind and round (default 1)")
-    p.add_argument("--sizes", default=None, help="serving-path sizes in tokens, or none (default 1k,10k,100k,1M)")
+    p.add_argument("--sizes", default=None, help="serving-path sizes in tokens, or none (default 1k,10k,40k,100k,1M)")
     p.add_argument("--synthetic-sizes", default=None, help="sizes of the synthetic workload (default: --sizes)")
     p.add_argument("--max-peer-s", type=float, default=3.0,
                    help="a slow peer's time budget: per-kind rows stop timing it after this many seconds in a "
@@ -555,7 +555,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--per-kind-worker", metavar="PATH", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     quick = {"rounds": 2, "kind_mb": 0.1, "sizes": "1k,10k"}
-    full = {"rounds": 5, "kind_mb": 1.0, "sizes": "1k,10k,100k,1M"}
+    full = {"rounds": 5, "kind_mb": 1.0, "sizes": "1k,10k,40k,100k,1M"}
     for key, value in (quick if args.quick else full).items():  # --quick changes only what is not given
         if getattr(args, key) is None:
             setattr(args, key, value)

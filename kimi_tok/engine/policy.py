@@ -42,6 +42,18 @@ def min_bytes_per_job_for(cores: int) -> int:
     return 1 << 18 if cores <= 2 else 1 << 16
 
 
+def short_call_chars_for(cores: int) -> int:
+    """Up to how many characters a call is read in place on one thread (and skips the segment cache) on
+    ``cores``: on two, one thread was faster than planning, packing and fanning out up to ~128k characters
+    (docs/performance.md, "Short calls up to 128k characters"); more cores share a fan-out in smaller shares."""
+    return 1 << 17 if cores <= 2 else 1 << 16
+
+
+def short_call_bytes_for(cores: int) -> int:
+    """How much UTF-8 a call read in place may have on ``cores`` (``short_call_chars_for``)."""
+    return 3 << 16 if cores <= 2 else 1 << 17
+
+
 def _positive_int_env(name: str) -> int | None:
     value = os.environ.get(name)
     if not value:
@@ -77,11 +89,12 @@ class Policy:
     backend: str = "threads"
     hash_routing: bool = False
     segment_cache_bytes: int = DEFAULT_SEGMENT_CACHE_BYTES
-    # shorter calls skip the segment cache: read in place on one thread, a fresh one took less than planned and
-    # packed (docs/performance.md, "Short calls up to 128k characters")
-    min_cached_call_chars: int = 1 << 17
-    max_joined_call_chars: int = 1 << 17  # calls up to this long are read in place, not packed (native.cpython) ...
-    max_joined_call_bytes: int = 3 << 16  # ... if they have less UTF-8 than this, or than a packed call fans out from
+    # shorter calls skip the segment cache: read in place on one thread, a fresh one costs less than planned
+    min_cached_call_chars: int = field(default_factory=lambda: short_call_chars_for(usable_cores()))
+    # calls up to this long are read in place, not packed (native.cpython) ...
+    max_joined_call_chars: int = field(default_factory=lambda: short_call_chars_for(usable_cores()))
+    # ... if they have less UTF-8 than this, or than a packed call fans out from
+    max_joined_call_bytes: int = field(default_factory=lambda: short_call_bytes_for(usable_cores()))
     parked_helpers: bool = HAS_FUTEX
     helpers: int = field(default_factory=lambda: max(1, usable_cores() // 2))
     cache_dir: Path = field(default_factory=_default_cache_dir)  # the BPE tables built per vocabulary

@@ -22,7 +22,7 @@ import kimi_tok
 import kimi_tok.engine.engine as engine_module
 from kimi_tok import Policy
 from kimi_tok.engine import parts, processes as workers, routing, threads as parallel
-from kimi_tok.engine.policy import BACKEND_ENV, min_bytes_per_job_for
+from kimi_tok.engine.policy import BACKEND_ENV, min_bytes_per_job_for, short_call_bytes_for, short_call_chars_for
 from kimi_tok.pipeline import bpe
 from kimi_tok.pipeline.bpe.piece_cache import ENTRIES
 from kimi_tok.pipeline.bpe.tables import SHORT_PIECE_BYTES
@@ -112,6 +112,9 @@ def test_long_prompts_match_the_reference(tokenizers, ref, fan_outs, backend, n_
 def test_fan_out_threshold_follows_the_cores(ref, fan_outs, monkeypatch):
     assert min_bytes_per_job_for(1) == min_bytes_per_job_for(2) == 1 << 18
     assert min_bytes_per_job_for(4) == min_bytes_per_job_for(16) == 1 << 16
+    # calls read in place on one thread: longer ones on two cores (measured), as before on more
+    assert (short_call_chars_for(2), short_call_bytes_for(2)) == (1 << 17, 3 << 16)
+    assert (short_call_chars_for(3), short_call_bytes_for(16)) == (1 << 16, 1 << 17)
     # as on 16 cores: the headline's 400k-character prompt fans out, its long tool output cut in
     # units of about a part (fan_out_part_bytes), so that several threads share it
     policy = mode_policy(4, "threads", min_bytes_per_job=min_bytes_per_job_for(16))
