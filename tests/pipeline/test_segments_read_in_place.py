@@ -244,6 +244,48 @@ def test_a_long_run_of_spaces_cut_by_the_25k_rule_is_read_alike(tok, ref):
     assert_parity(tok, ref, [(" " * 30_000, False), ("x", False), ("a" + " " * 25_001, False)])
 
 
+@pytest.mark.parametrize("cache_bytes", [0, 1 << 28])
+def test_calls_up_to_the_two_core_limits_are_read_in_place_with_the_reference_ids(ref, cache_bytes):
+    """The two-core defaults (``policy.short_call_chars_for(2)``, ``short_call_bytes_for(2)``) with two jobs: calls
+    of fewer than 131,072 characters and under 192 KB of UTF-8 are read in place, 25k cuts and long runs inside
+    them included; longer ones, or one byte more, are packed and fanned out. The ids are the reference's either way."""
+    from kimi_tok.engine.policy import short_call_bytes_for, short_call_chars_for
+    from kimi_tok.samples import sample_prompt
+
+    max_chars, max_bytes = short_call_chars_for(2), short_call_bytes_for(2)
+    tok = kimi_tok.kimi_k3(policy=Policy.from_env(
+        n_jobs=2, segment_cache_bytes=cache_bytes, min_cached_call_chars=max_chars, max_joined_call_chars=max_chars,
+        max_joined_call_bytes=max_bytes))
+    engine = tok._compiled()[0]
+    read_in_place = []
+    short_call_ids = engine.short_call_ids
+
+    def spy(*args):
+        ids = short_call_ids(*args)
+        read_in_place.append(ids is not None)
+        return ids
+
+    engine.short_call_ids = spy
+    prompt = sample_prompt(100_000, seed=7)
+    han = "数字テスト" * (max_bytes // 15)  # 3 bytes a character: just under the byte limit
+    calls = [
+        ([("a" * 50_001 + " " * 25_001 + "b" * 40_000, False), ("<|close|>", True)], True),
+        (prompt, sum(len(t) for t, _ in prompt) <= max_chars and sum(len(t.encode()) for t, _ in prompt) < max_bytes),
+        ([(han[:-1], False), ("", True)], True),
+        ([(han + "数", False)], False),  # max_bytes bytes: one byte too many
+        # one character under the limit (with a cache, a call of the limit's length goes through it), one over
+        ([("x" * (max_chars - 10), False), ("<|sep|>", True), (" 1", False)], True),
+        ([("x" * (max_chars - 8), False), ("<|sep|>", True), (" 1", False)], False),
+    ]
+    try:
+        for segments, in_place in calls:
+            read_in_place.clear()
+            assert_parity(tok, ref, segments)
+            assert read_in_place[:1] == [in_place], [(len(t), len(t.encode())) for t, _ in segments]
+    finally:
+        del engine.short_call_ids
+
+
 def test_policy_checks_max_joined_call_chars():
     with pytest.raises(ValueError, match="max_joined_call_chars"):
         Policy.from_env(max_joined_call_chars=-1)
