@@ -77,10 +77,8 @@ def encode_claimed_parts(tables, specials, scan_table, buf, sub_start, sub_end, 
 
 
 @kernel
-def gather_parts(sub_start, part_first, out, part_n_ids, sub_n_ids, seg_end, origin, n_segments):
-    """The ids of every part (``encode_claimed_parts``) back to back, and where each of the
-    caller's ``n_segments`` segments starts and ends in them (``segments.bounds_by_segment``):
-    ``(ids, bounds)``. ``seg_end`` and ``origin``: the packed segments' ends and callers' indices."""
+def ids_of_parts(sub_start, part_first, out, part_n_ids):
+    """The ids of every part (``encode_claimed_parts``) back to back, in a new array."""
     base = sub_start[0] if sub_start.shape[0] else 0
     n_ids = 0
     for p in range(part_n_ids.shape[0]):
@@ -92,7 +90,16 @@ def gather_parts(sub_start, part_first, out, part_n_ids, sub_n_ids, seg_end, ori
         count = part_n_ids[p]
         ids[n:n + count] = out[at:at + count]  # a slice copy vectorizes; an indexed loop does not (2x)
         n += count
-    return ids, bounds_by_segment(seg_end, origin, n_segments, sub_start, np.cumsum(sub_n_ids))
+    return ids
+
+
+@kernel
+def gather_parts(sub_start, part_first, out, part_n_ids, sub_n_ids, seg_end, origin, n_segments):
+    """The ids of every part (``ids_of_parts``), and where each of the caller's ``n_segments`` segments
+    starts and ends in them (``segments.bounds_by_segment``): ``(ids, bounds)``. ``seg_end`` and
+    ``origin``: the packed segments' ends and callers' indices."""
+    return (ids_of_parts(sub_start, part_first, out, part_n_ids),
+            bounds_by_segment(seg_end, origin, n_segments, sub_start, np.cumsum(sub_n_ids)))
 
 
 @leaf

@@ -5,7 +5,7 @@ numba has no atomic operations on the CPU, so ``fetch_add`` emits LLVM's ``atomi
 take work items with it never take the same item twice and never skip one, and none of them
 needs to return to Python (where it would wait for the GIL) between items.
 
-``load``/``store`` (atomic ``int32`` words) and ``futex`` (Linux, through libc's ``syscall``)
+``load``/``store``/``compare_exchange`` (atomic ``int32`` words) and ``futex`` (Linux, through libc's ``syscall``)
 let a thread wait for another inside compiled code (``futex``, ``reuse.parking``); ``copy_bytes`` and
 ``array_at`` reach memory by address, for a thread that copies ids whose arrays its caller keeps alive and for
 reading CPython's objects (``native.cpython``). ``load_u64`` and ``prefetch`` shape the loads of the BPE loop.
@@ -76,6 +76,22 @@ def store(typingctx, words, index, value):
         return context.get_dummy_value()
 
     return types.none(words, index, value), codegen
+
+
+@intrinsic
+def compare_exchange(typingctx, words, index, expected, new):
+    """``words[index] = new`` if it holds ``expected``, atomically (sequentially consistent), on an ``int32``
+    array; returns whether it did. One thread of several wins a word's change from a state."""
+    if not (_is_int32_array(words) and all(isinstance(t, types.Integer) for t in (index, expected, new))):
+        return None
+
+    def codegen(context, builder, sig, args):
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        old, new_value = (context.cast(builder, args[k], sig.args[k], types.int32) for k in (2, 3))
+        result = builder.cmpxchg(pointer, old, new_value, "seq_cst", "seq_cst")
+        return builder.extract_value(result, 1)
+
+    return types.boolean(words, index, expected, new), codegen
 
 
 @intrinsic
