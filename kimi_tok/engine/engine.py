@@ -4,7 +4,8 @@
 
 * fused: no fan-out (one job, or too little text for two): chunking -> run cuts -> specials
   -> scanner -> BPE as one compiled call (``pipeline.assembly.encode_packed_fused``; a short call
-  that needs no segment bounds is read in place rather than packed: ``encode_pairs_fused``);
+  that needs no segment bounds is read in place rather than packed: ``encode_pairs_fused``; a long one
+  shares its parts with a helper thread parked in compiled code: ``short_calls``);
 * shared parts (threads, the Kimi scanner): this thread and pool threads take parts of the
   call from an atomic counter (``threads.encode_parts_on_threads``);
 * groups (threads, a PCRE2 pattern), hash-routed groups (``hash_routing``) or worker
@@ -36,6 +37,7 @@ from .parts import SharedParts
 from .policy import Policy
 from .processes import EncoderSpec, encode_on_processes
 from .routing import HashRouter, encode_on_threads
+from .short_calls import ShortCallHelper, shares_short_calls
 from .threads import encode_groups_on_threads, encode_parts_on_threads, split_spans, utf8_on_threads
 
 
@@ -74,6 +76,9 @@ class Engine:
         self.splits_after_newline = self.stages.pretokenizer.splits_after_newline and not any(
             "\n" in text for text in special_tokens
         )
+        # long short calls shared with a thread parked in compiled code (its thread starts with the first one)
+        self.short_call_helper = ShortCallHelper(self.stages, policy, self.splits_after_newline) \
+            if shares_short_calls(policy, self.fuses) else None
 
     def pack(self, segments: Sequence, tiktoken_safe: bool, validated: bool = False) -> PackedSegments:
         """``segments`` validated (unless ``validated``) and packed into one UTF-8 buffer; a long call's
@@ -110,11 +115,11 @@ class Engine:
     def short_call_ids(self, segments: Sequence, tiktoken_safe: bool, max_chars: int,
                        max_bytes: int) -> np.ndarray | None:
         """The ids of a call of at most ``max_chars`` characters and less than ``max_bytes`` of UTF-8 that runs as
-        one compiled call, its segments read in place (``SubstringEncoder.encode_pairs``); None for any other
-        call, which nothing was done for."""
+        one compiled call, its segments read in place (``SubstringEncoder.encode_pairs``; a long one shared with
+        ``short_call_helper``); None for any other call, which nothing was done for."""
         if not self.fuses or (type(segments) is not list and type(segments) is not tuple):
             return None
-        return self.stages.encode_pairs(tuple(segments), max_chars, max_bytes, tiktoken_safe)
+        return self.stages.encode_pairs(tuple(segments), max_chars, max_bytes, tiktoken_safe, self.short_call_helper)
 
     def short_call_limits(self) -> tuple[int, int]:
         """``(max_chars, max_bytes)`` of the calls ``encode`` tries as short calls (``short_call_ids``)."""

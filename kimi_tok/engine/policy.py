@@ -78,8 +78,9 @@ class Policy:
     ``n_jobs``: threads (or processes) one long call may use; ``backend``: ``"threads"`` or
     ``"processes"``; ``hash_routing``: route unknown pieces by hash over the threads so each
     distinct one is merged once per call; ``segment_cache_bytes``: budget of the exact segment
-    cache (0: off); ``parked_helpers``: agent-loop helpers wait on a futex in compiled code
-    (Linux), else in an executor; ``helpers``: how many calls at once get a helper;
+    cache (0: off); ``parked_helpers``: helpers wait on a futex in compiled code (Linux): the agent
+    loop's (else in an executor) and the one that shares long short calls (else there is none);
+    ``helpers``: how many agent-loop calls at once get a helper;
     ``cold_start`` and ``compile_jobs``: what a Tokenizer does where the kernels are not compiled
     yet, and how many processes compile them. The rest are the thresholds of the fan-outs and of
     encoding ahead.
@@ -95,6 +96,11 @@ class Policy:
     max_joined_call_chars: int = field(default_factory=lambda: short_call_chars_for(usable_cores()))
     # ... if they have less UTF-8 than this, or than a packed call fans out from
     max_joined_call_bytes: int = field(default_factory=lambda: short_call_bytes_for(usable_cores()))
+    # such calls with this much UTF-8 or more share their parts with a helper thread parked in compiled code
+    # (parked_helpers, n_jobs > 1, threads: engine.short_calls) ...
+    min_shared_short_call_bytes: int = 24 << 10
+    short_call_part_bytes: int = 1 << 12  # ... in parts of at least this size ...
+    short_call_part_shrink: int = 8  # ... and 1/short_call_part_shrink of the text left
     parked_helpers: bool = HAS_FUTEX
     helpers: int = field(default_factory=lambda: max(1, usable_cores() // 2))
     cache_dir: Path = field(default_factory=_default_cache_dir)  # the BPE tables built per vocabulary
@@ -132,7 +138,8 @@ class Policy:
                      "min_bytes_per_shared_job", "fan_out_part_bytes", "shrink_per_job", "min_bytes_per_job",
                      "groups_per_job", "min_bytes_per_process_job", "unit_bytes", "merge_slice_bytes",
                      "min_ahead_plan_chars", "min_ahead_chars", "min_shared_bytes", "shared_part_bytes",
-                     "shared_part_shrink", "min_reused_ids"):
+                     "shared_part_shrink", "min_reused_ids", "min_shared_short_call_bytes", "short_call_part_bytes",
+                     "short_call_part_shrink"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, not {value!r}")

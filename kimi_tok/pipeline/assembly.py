@@ -78,11 +78,19 @@ def encode_pairs_fused(tables, specials, scan_table, flags, address, n_pairs, la
     buf, seg_start, seg_end, allow_special, status = read_text_pairs(address, n_pairs, layout, max_chars, max_bytes)
     if status != PAIRS_READ:
         return np.empty(0, dtype=ID_DTYPE), status
-    needs_cuts = np.full(n_pairs, tiktoken_safe, dtype=np.bool_)
+    return encode_read_pairs(tables, specials, scan_table, flags, buf, seg_start, seg_end, allow_special,
+                             tiktoken_safe, cache), status
+
+
+@kernel
+def encode_read_pairs(tables, specials, scan_table, flags, buf, seg_start, seg_end, allow_special, tiktoken_safe,
+                      cache):
+    """``encode_packed_fused`` of segments ``read_text_pairs`` read: their ids, in an array of their length."""
+    needs_cuts = np.full(seg_start.shape[0], tiktoken_safe, dtype=np.bool_)
     out = np.empty(buf.shape[0], dtype=ID_DTYPE)
     n, _, _ = encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg_end, needs_cuts,
                                   allow_special, out, cache)
-    return out[:n].copy(), status
+    return out[:n].copy()
 
 
 @kernel
@@ -158,10 +166,13 @@ class SubstringEncoder:
         """Whether ``encode_packed`` can run: the pre-tokenizer is compiled (PCRE2 needs Python per match)."""
         return self.pretokenizer.scan_table is not None
 
-    def encode_pairs(self, pairs: tuple, max_chars: int, max_bytes: int, tiktoken_safe: bool) -> np.ndarray | None:
+    def encode_pairs(self, pairs: tuple, max_chars: int, max_bytes: int, tiktoken_safe: bool,
+                     helper=None) -> np.ndarray | None:
         """The ids of a short call's segments, a tuple of ``(str, bool)`` pairs read in place by one compiled call;
         None (nothing done) for anything else, more than ``max_chars`` characters or ``max_bytes`` bytes of
-        UTF-8, or lone surrogates (``native.cpython.read_text_pairs``)."""
+        UTF-8, or lone surrogates (``native.cpython.read_text_pairs``). ``helper``: an object whose
+        ``encode_pairs(args)`` runs the call instead of ``encode_pairs_bundled(*args)`` (the engine's
+        ``ShortCallHelper``, which shares long calls with a thread)."""
         if LAYOUT is None or not pairs:
             return None
         cache, short_call = self.piece_caches.take(make=False)
@@ -176,9 +187,12 @@ class SubstringEncoder:
         bundle, encode = short_call
         # ``pairs`` (this frame holds it) keeps every pair and str alive while the call reads them
         args = (bundle, id(pairs), len(pairs), LAYOUT, max_chars, max_bytes, tiktoken_safe)
-        ids, status, may_grow = encode(*args)
-        if encode is encode_pairs_bundled:  # later calls skip the dispatcher's typing of the bundle
-            short_call = (bundle, jit.compiled_entry(encode_pairs_bundled, args))
+        if helper is not None:
+            ids, status, may_grow = helper.encode_pairs(args)
+        else:
+            ids, status, may_grow = encode(*args)
+            if encode is encode_pairs_bundled:  # later calls skip the dispatcher's typing of the bundle
+                short_call = (bundle, jit.compiled_entry(encode_pairs_bundled, args))
         self.piece_caches.give_back(cache, short_call, may_grow)  # not after an error: see PieceCachePool.borrow
         return ids if status == PAIRS_READ else None
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..engine.engine import Engine
 from ..engine.policy import MAX_COMPILE_JOBS, Policy, usable_cores
+from ..engine.short_calls import ShortCallHelper, shares_short_calls
 from ..native import jit
 from ..pipeline.bpe import build_bpe_tables, grown_piece_cache, new_piece_cache
 from ..pipeline.decode import Decoder
@@ -75,15 +76,17 @@ def probe_policy(policy: Policy, **changes) -> Policy:
     """``policy`` with every fan-out taken even for the probe's ~1 KB (two jobs, parts and groups of a
     few bytes), and with ``changes``."""
     settings = dict(n_jobs=max(2, policy.n_jobs), min_bytes_per_shared_job=1, fan_out_part_bytes=64,
-                    min_bytes_per_job=1, min_bytes_per_process_job=1, unit_bytes=64, merge_slice_bytes=256)
+                    min_bytes_per_job=1, min_bytes_per_process_job=1, unit_bytes=64, merge_slice_bytes=256,
+                    min_shared_short_call_bytes=1, short_call_part_bytes=64)
     settings.update(changes)
     return policy.replace(**settings)
 
 
 def _probe_engine(engine: Engine, policy: Policy) -> Engine:
-    probe = copy.copy(engine)  # shares the stages (tables, piece caches): only the policy differs
+    probe = copy.copy(engine)  # shares the stages (tables, piece caches): only the policy differs ...
     probe.policy = policy
     probe._worker_spec = None
+    probe.short_call_helper = None  # ... and no short call is shared (but in _shared_parts, with a helper of its own)
     return probe
 
 
@@ -115,8 +118,16 @@ def _short_call(engine, reuse, decoder) -> None:
 
 
 def _shared_parts(engine, reuse, decoder) -> None:
-    _probe_engine(engine, probe_policy(engine.policy, backend="threads", hash_routing=False)).encode_with_bounds(
-        probe_segments(), True)
+    probe = _probe_engine(engine, probe_policy(engine.policy, backend="threads", hash_routing=False))
+    probe.encode_with_bounds(probe_segments(), True)
+    if shares_short_calls(probe.policy, probe.fuses):  # short calls shared with a helper of the probe's own
+        helper = probe.short_call_helper = ShortCallHelper(probe.stages, probe.policy, probe.splits_after_newline)
+        helper.start()
+        try:
+            for _ in range(2):
+                probe.encode(probe_segments(), True)
+        finally:
+            helper.close()
 
 
 def _groups_and_stages(engine, reuse, decoder) -> None:

@@ -1,0 +1,194 @@
+"""Short calls shared with a helper thread parked in compiled code (``engine.short_calls``).
+
+A short call read in place cuts its text into parts that the caller and the engine's
+``ShortCallHelper`` take from one counter. The ids must be the reference's whether the helper
+took parts, arrived late (the caller takes the job back), is busy with another caller's call, was
+closed, or belongs to a process that forked. The policies here share every call (thresholds of a
+byte, parts of 64 bytes) so that the helper's parts cut every kind of text.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+
+import pytest
+
+import kimi_tok
+from kimi_tok import Policy
+from kimi_tok.engine import short_calls
+from kimi_tok.native.cpython import LAYOUT
+from kimi_tok.native.futex import HAS_FUTEX
+from kimi_tok.samples import render_chat, sample_prompt, sample_text
+from kimi_tok.vocab import KIMI_PATTERN, embedded_kimi_k3
+from tests.parity import assert_parity, rerender
+
+pytestmark = pytest.mark.skipif(not HAS_FUTEX or LAYOUT is None,
+                                reason="the helper waits on Linux futexes; short calls are read in place")
+
+
+def sharing_policy(**changes) -> Policy:
+    """Every short call shared (a byte is enough), in parts of 64 bytes or more."""
+    settings = dict(n_jobs=2, segment_cache_bytes=0, min_shared_short_call_bytes=1, short_call_part_bytes=64,
+                    short_call_part_shrink=2)
+    settings.update(changes)
+    return Policy.from_env(**settings)
+
+
+def own_tokenizer(policy: Policy) -> kimi_tok.Tokenizer:
+    """A Tokenizer of its own, not one of the few that ``kimi_k3`` keeps for the process (the other tests' own)."""
+    return kimi_tok.Tokenizer(*embedded_kimi_k3(), KIMI_PATTERN, name="short calls test", policy=policy)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    tok = own_tokenizer(sharing_policy())
+    helper(tok).start()
+    yield tok
+    helper(tok).close()
+
+
+def helper(tok: kimi_tok.Tokenizer) -> short_calls.ShortCallHelper:
+    return tok._compiled()[0].short_call_helper
+
+
+def calls() -> dict[str, tuple[list[tuple[str, bool]], bool]]:
+    chat = render_chat([
+        {"role": "system", "content": sample_text(4_000, seed=11)},
+        {"role": "user", "content": sample_text(20_000, seed=12) + "<|open|>literal<|close|>"},
+        {"role": "assistant", "content": "数字テスト 12345 — ÀÉÎ ß 🙂\n" * 300},
+    ])
+    return {
+        "chat": (chat, True),
+        "chat, no cuts": (chat, False),
+        "prompt": (sample_prompt(40_000, seed=13), True),
+        "25k cuts": ([("a" * 30_001 + " " * 26_000 + "\n" * 3 + "b" * 27_000, False), ("<|close|>", True)], True),
+        "one line": ([("word, " * 8_000, False)], True),
+        "specials in text": ([(sample_text(6_000, seed=14) + "<|open|><|sep|>", True), ("<|sep|>", False)], True),
+        "empty segments": ([("", False), (sample_text(9_000, seed=15), False), ("", True), ("x", False)], True),
+        "han and spaces": ([("数字" * 4_000 + "\n  \n" + "テスト " * 2_000, False)], True),
+    }
+
+
+@pytest.mark.parametrize("name", list(calls()))
+def test_shared_short_calls_give_the_reference_ids(tok, ref, name):
+    segments, tiktoken_safe = calls()[name]
+    for _ in range(3):  # the helper may take parts of some calls and not others
+        assert_parity(tok, ref, rerender(segments), tiktoken_safe)
+
+
+def test_the_helper_takes_parts_of_calls_back_to_back(tok, ref):
+    """Calls in a row find the helper awake (it spins a while after each job): it takes parts."""
+    segments = sample_prompt(60_000, seed=21)
+    expected = ref.encode_segments(segments)
+    before = helper(tok).parts_taken
+    for _ in range(400):
+        assert tok.encode_segments(rerender(segments)).ids == expected
+        if helper(tok).parts_taken > before:
+            break
+    assert helper(tok).parts_taken > before
+
+
+def test_callers_on_several_threads_share_one_helper(tok, ref):
+    prompts = [sample_prompt(25_000 + 5_000 * k, seed=30 + k) for k in range(4)]
+    expected = [ref.encode_segments(p) for p in prompts]
+    failures: list[str] = []
+
+    def caller(k: int) -> None:
+        for r in range(12):
+            i = (k + r) % len(prompts)
+            if tok.encode_segments(rerender(prompts[i])).ids != expected[i]:
+                failures.append(f"thread {k}, round {r}, prompt {i}")
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+def test_a_long_call_starts_the_helper_and_a_short_one_does_not(ref):
+    tok = own_tokenizer(Policy.from_env(n_jobs=2, segment_cache_bytes=0))
+    threshold = tok.policy.min_shared_short_call_bytes
+    small = sample_prompt(2_000, seed=41)
+    assert_parity(tok, ref, small)
+    time.sleep(0.2)
+    assert not helper(tok).running
+    long = sample_prompt(2 * threshold, seed=42)
+    assert_parity(tok, ref, long)
+    deadline = time.monotonic() + 30
+    while not helper(tok).running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert helper(tok).running
+    assert_parity(tok, ref, rerender(long))
+    helper(tok).close()
+
+
+@pytest.mark.parametrize("changes", [dict(n_jobs=1), dict(parked_helpers=False), dict(hash_routing=True),
+                                     dict(backend="processes")])
+def test_no_helper_where_calls_cannot_share(changes, ref):
+    tok = own_tokenizer(sharing_policy(**changes))
+    assert helper(tok) is None
+    assert_parity(tok, ref, calls()["chat"][0])
+
+
+def test_no_helper_for_other_patterns():
+    tok = kimi_tok.Tokenizer(*embedded_kimi_k3(), r"\S+|\s+", name="pcre2", policy=sharing_policy())
+    assert helper(tok) is None
+
+
+def test_a_closed_helper_stops_its_thread_and_calls_run_alone(ref):
+    tok = own_tokenizer(sharing_policy())
+    helper(tok).start()
+    thread = helper(tok)._thread
+    segments = calls()["prompt"][0]
+    assert_parity(tok, ref, segments)
+    helper(tok).close()
+    assert not thread.is_alive()
+    taken = helper(tok).parts_taken
+    for _ in range(3):
+        assert_parity(tok, ref, rerender(segments))
+    time.sleep(0.1)
+    assert not helper(tok).running and helper(tok).parts_taken == taken  # not started again
+
+
+def test_a_dropped_helper_stops_its_thread(ref):
+    tok = own_tokenizer(sharing_policy())
+    helper(tok).start()
+    thread = helper(tok)._thread
+    assert_parity(tok, ref, calls()["prompt"][0])
+    del tok
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_starts_a_helper_of_its_own(tok, ref):
+    segments = calls()["prompt"][0]
+    expected = ref.encode_segments(segments)
+    assert tok.encode_segments(segments).ids == expected
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread is not here
+        code = 1
+        try:
+            ok = all(tok.encode_segments(rerender(segments)).ids == expected for _ in range(3))
+            deadline = time.monotonic() + 30
+            while not helper(tok).running and time.monotonic() < deadline:
+                time.sleep(0.01)
+            ok = ok and helper(tok).running and tok.encode_segments(rerender(segments)).ids == expected
+            code = 0 if ok else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert helper(tok).running and tok.encode_segments(rerender(segments)).ids == expected
+
+
+@pytest.mark.parametrize("name", ["min_shared_short_call_bytes", "short_call_part_bytes", "short_call_part_shrink"])
+def test_policy_checks_the_sharing_settings(name):
+    with pytest.raises(ValueError, match=name):
+        Policy(**{name: 0})
