@@ -262,6 +262,7 @@ class ShortCallHelper:
         self._entry = None  # the compiled entry point of encode_pairs_shared, once chosen
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._starter: threading.Thread | None = None  # the thread that starts it after the first long call
         self._starting = self._closed = False
         self._stop = weakref.finalize(self, _stop, self.words, None)  # replaced once a thread runs
         _helpers.add(self)
@@ -287,7 +288,8 @@ class ShortCallHelper:
             ids, status, may_grow, start = entry(*args)
         if start and not self._starting:
             self._starting = True  # the thread, its cache and its kernel after this call, not during it
-            threading.Thread(target=self.start, name="kimi_tok-short_calls-start", daemon=True).start()
+            self._starter = threading.Thread(target=self.start, name="kimi_tok-short_calls-start", daemon=True)
+            self._starter.start()
         return ids, status, may_grow
 
     def start(self) -> None:
@@ -322,7 +324,7 @@ class ShortCallHelper:
         self._stop.detach()
         self.words = np.zeros(N_WORDS, dtype=np.int32)
         self._stop = weakref.finalize(self, _stop, self.words, None)
-        self._thread = None
+        self._thread = self._starter = None
         self._starting = False
 
 
@@ -343,10 +345,18 @@ def _stop(words: np.ndarray, thread: threading.Thread | None) -> None:
 _helpers: weakref.WeakSet[ShortCallHelper] = weakref.WeakSet()
 
 
+def _before_fork() -> None:
+    """A fork waits for helpers being started: a child must not inherit numba's lock held by a thread it lacks."""
+    for helper in list(_helpers):
+        starter = helper._starter
+        if starter is not None and starter is not threading.current_thread():
+            starter.join()
+
+
 def _after_fork_in_child() -> None:
     for helper in list(_helpers):
         helper._forked()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
