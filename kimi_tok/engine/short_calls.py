@@ -288,7 +288,8 @@ class ShortCallHelper:
             ids, status, may_grow, start = entry(*args)
         if start and not self._starting:
             self._starting = True  # the thread, its cache and its kernel after this call, not during it
-            self._starter = threading.Thread(target=self.start, name="kimi_tok-short_calls-start", daemon=True)
+            self._starter = threading.Thread(target=self._start_after_call, name="kimi_tok-short_calls-start",
+                                             daemon=True)
             self._starter.start()
         return ids, status, may_grow
 
@@ -311,6 +312,15 @@ class ShortCallHelper:
             self._stop = weakref.finalize(self, _stop, words, thread)
             self._thread = thread
             thread.start()
+
+    def _start_after_call(self) -> None:
+        """``start`` on the thread a long call left: once the main thread has ended (the interpreter shutting
+        down) nothing is started, silently."""
+        try:
+            self.start()
+        except Exception:
+            if threading.main_thread().is_alive():
+                raise
 
     def close(self) -> None:
         """Stop the thread (after the job it is on, if any); later calls run alone."""

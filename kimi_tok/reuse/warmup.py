@@ -247,7 +247,17 @@ def warm_up(engine: Engine, reuse=None, decoder=None) -> None:
     if len(jit.COMPILED) > compiled:  # not cached: compile the rest now, while the notice is on screen
         _take(names, engine, reuse, decoder)
         return
-    start_background(_take, (names, engine, reuse, decoder), "kimi_tok-warm_up")
+    start_background(_take_in_background, (names, engine, reuse, decoder), "kimi_tok-warm_up")
+
+
+def _take_in_background(names: list[str], engine: Engine, reuse, decoder) -> None:
+    """``_take`` on a background thread. Once the main thread has ended (a short script, a command-line error)
+    the interpreter is shutting down and the pools refuse new work: the paths left are not taken, silently."""
+    try:
+        _take(names, engine, reuse, decoder)
+    except Exception:
+        if threading.main_thread().is_alive():
+            raise
 
 
 def start_background(target: Callable, args: tuple, name: str) -> threading.Thread:
