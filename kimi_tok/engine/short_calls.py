@@ -263,7 +263,7 @@ class ShortCallHelper:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._starter: threading.Thread | None = None  # the thread that starts it after the first long call
-        self._starting = self._closed = False
+        self._closed = False
         self._stop = weakref.finalize(self, _stop, self.words, None)  # replaced once a thread runs
         _helpers.add(self)
 
@@ -286,8 +286,7 @@ class ShortCallHelper:
             self._entry = jit.compiled_entry(encode_pairs_shared, args)
         else:
             ids, status, may_grow, start = entry(*args)
-        if start and not self._starting:
-            self._starting = True  # the thread, its cache and its kernel after this call, not during it
+        if start and self._starter is None:  # the thread, its cache and its kernel after this call, not during it
             self._starter = threading.Thread(target=self._start_after_call, name="kimi_tok-short_calls-start",
                                              daemon=True)
             self._starter.start()
@@ -335,7 +334,6 @@ class ShortCallHelper:
         self.words = np.zeros(N_WORDS, dtype=np.int32)
         self._stop = weakref.finalize(self, _stop, self.words, None)
         self._thread = self._starter = None
-        self._starting = False
 
 
 def _serve(words: np.ndarray, job: np.ndarray, stages, cache) -> None:

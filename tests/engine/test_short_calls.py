@@ -79,6 +79,22 @@ def test_shared_short_calls_give_the_reference_ids(tok, ref, name):
         assert_parity(tok, ref, rerender(segments), tiktoken_safe)
 
 
+def test_parts_of_whole_sub_strings_give_the_reference_ids(ref):
+    """Where a special token holds a newline the text is not split after newlines (``splits_after_newline``):
+    the parts are whole tiktoken-safe sub-strings."""
+    tok = own_tokenizer(sharing_policy())
+    engine = tok._compiled()[0]
+    engine.short_call_helper = short_calls.ShortCallHelper(engine.stages, tok.policy, splits_after_newline=False)
+    engine.short_call_helper.start()
+    try:
+        for name in ("chat", "25k cuts", "empty segments", "han and spaces"):
+            segments, tiktoken_safe = calls()[name]
+            for _ in range(3):
+                assert_parity(tok, ref, rerender(segments), tiktoken_safe)
+    finally:
+        engine.short_call_helper.close()
+
+
 def test_the_helper_takes_parts_of_calls_back_to_back(tok, ref):
     """Calls in a row find the helper awake (it spins a while after each job): it takes parts."""
     segments = sample_prompt(60_000, seed=21)
