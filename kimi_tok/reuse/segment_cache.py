@@ -39,6 +39,7 @@ callers always receive a copy.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -262,8 +263,18 @@ def _settle_all() -> None:
         cache.settle()
 
 
+def _settle_at_exit() -> None:
+    """At exit: wait for the stores helpers are making, so that none runs (compiled code among it) while the
+    interpreter tears down; an error of one is of no use to anyone by then."""
+    try:
+        _settle_all()
+    except Exception:
+        pass
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_settle_all)
+atexit.register(_settle_at_exit)
 
 
 class SegmentCache:
