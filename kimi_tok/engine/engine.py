@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from functools import partial
 from typing import NamedTuple
 
@@ -132,18 +131,6 @@ class Engine:
         max_chars = self.policy.max_shared_in_place_chars
         return self.stages.encode_pairs_with_bounds(tuple(segments), max_chars, MAX_UTF8_BYTES_PER_CHAR * max_chars + 1,
                                                     tiktoken_safe, self.short_call_helper)
-
-    @contextmanager
-    def shared_in_place_expected(self, chars: int):
-        """Around the planning of a call of ``chars`` characters that may go to ``shared_in_place_ids``: the helper
-        woken as it starts (``ShortCallHelper.expect``) and let go at its end if no job came of it."""
-        helper = self.short_call_helper
-        expected = helper.expect() if helper is not None and chars <= self.policy.max_shared_in_place_chars else 0
-        try:
-            yield
-        finally:
-            if expected:
-                helper.release(expected)
 
     def short_call_limits(self) -> tuple[int, int]:
         """``(max_chars, max_bytes)`` of the calls ``encode`` tries as short calls (``short_call_ids``)."""

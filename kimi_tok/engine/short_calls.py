@@ -13,9 +13,7 @@ every part is taken back: nobody waits for a thread that is late.
 
 The segment cache's fresh calls (``Engine.shared_in_place_ids``, up to ``Policy.max_shared_in_place_chars``)
 go the same way (``encode_pairs_shared_with_bounds``), with each segment's bounds in the ids, and are declined
-where the helper cannot take part: a long call on one thread would be slower than the packed fan-out. Such a
-call wakes the helper before it plans (``expect_job``): a helper woken after a long idle took hundreds of
-microseconds to run here, which the planning now hides.
+where the helper cannot take part: a long call on one thread would be slower than the packed fan-out.
 
 A helper starts with the first call long enough to share (a thread and a piece cache from the
 engine's pool, made after that call returns), so that a Tokenizer that only sees short calls has
@@ -31,13 +29,11 @@ STATE holds a job number and a phase (``number << PHASE_BITS | phase``)::
                   C: (m, POSTED) -> (m, IDLE): takes back its job m               a later phase: H took it
                   H: (m, POSTED) -> (m, RUNNING) -> (m, IDLE)
                   close: (n, IDLE) -> (n, QUIT); (0, STOPPED): no thread
-                  C: (n, IDLE) -> (n, EXPECTED): a job is coming (H spins;          a caller claims from EXPECTED
-                  C or H after a while: (n, EXPECTED) -> (n, IDLE)                as from IDLE
     SLEEPER       H: 1 while it may sleep on STATE                 C         wake H after claiming
     DONE          H: the number of the last job it finished        C         C waits until it reaches its own
     DONE_SLEEPER  C: 0 when posting, 1 while it may sleep          H         wake C after finishing
 
-Every change of STATE from IDLE, EXPECTED, POSTED or RUNNING is a compare-and-exchange of the whole word, so one
+Every change of STATE from IDLE, POSTED or RUNNING is a compare-and-exchange of the whole word, so one
 thread wins it, and a caller takes back only its own job (its number is in the word: a job another
 caller posted since is not its to take). C writes the job only between CLAIMED and POSTED, and H reads it
 only after its POSTED -> RUNNING. Jobs are numbered in order and one is out at a time, so C waits until
@@ -69,7 +65,7 @@ from .policy import Policy
 
 STATE, SLEEPER, DONE, DONE_SLEEPER = range(4)
 N_WORDS = 4
-STOPPED, IDLE, CLAIMED, POSTED, RUNNING, QUIT, EXPECTED = range(7)  # the phase, in STATE's low bits
+STOPPED, IDLE, CLAIMED, POSTED, RUNNING, QUIT = range(6)  # the phase, in STATE's low bits
 PHASE_BITS = 3
 PHASE_MASK = (1 << PHASE_BITS) - 1
 NUMBER_MASK = (1 << 28) - 1  # job numbers go round modulo 2**28 (DONE starts at 0, the first job is 1)
@@ -79,7 +75,6 @@ NUMBER_MASK = (1 << 28) - 1  # job numbers go round modulo 2**28 (DONE starts at
 JOB_WORDS = 16
 NOT_SHARED = -1  # the status of a call whose parts could not all be encoded (a MemoryError): declined
 HELPER_SPIN_READS = 1 << 14  # a helper between jobs reads STATE this often (~20 us) before it sleeps
-EXPECT_SPIN_READS = 1 << 21  # and this often (~2.5 ms) once a job is expected, before it gives up
 NO_BUDGET = 1 << 62  # a short call is short: its parts are encoded without going back to Python
 
 
@@ -91,10 +86,8 @@ def _state(number, phase):
 @leaf
 def _wait_for_job(words, syscall_number):
     """Until a job is posted (its STATE word) or the helper is told to quit (-1): spins a while, then sleeps
-    while STATE is IDLE (a claimed job is being written: it spins). A job EXPECTED keeps it spinning up to
-    ``EXPECT_SPIN_READS``; then it sets STATE back to IDLE, unless a caller did something with it meanwhile."""
+    while STATE is IDLE (a claimed job is being written: it spins)."""
     spins = 0
-    expected_spins = 0
     while True:
         state = atomics.load(words, STATE)
         phase = state & PHASE_MASK
@@ -102,13 +95,6 @@ def _wait_for_job(words, syscall_number):
             return state
         if phase == QUIT:
             return -1
-        if phase == EXPECTED:
-            if expected_spins < EXPECT_SPIN_READS:
-                expected_spins += 1
-            else:
-                atomics.compare_exchange(words, STATE, state, (state & ~PHASE_MASK) | IDLE)
-            continue
-        expected_spins = 0
         if spins < HELPER_SPIN_READS:
             spins += 1
             continue
@@ -116,19 +102,6 @@ def _wait_for_job(words, syscall_number):
         if atomics.load(words, STATE) == state and phase == IDLE:
             atomics.futex(words, STATE, FUTEX_WAIT_PRIVATE, state, syscall_number)  # returns at once if changed
         atomics.store(words, SLEEPER, 0)
-
-
-@leaf
-def _claim(words, long_enough):
-    """``(state, claimed)``: STATE as found, and whether this caller claimed a job from it (when ``long_enough``,
-    from IDLE or EXPECTED, whoever expected it; tried again while STATE changes between free phases)."""
-    while True:
-        state = atomics.load(words, STATE)
-        phase = state & PHASE_MASK
-        if not long_enough or (phase != IDLE and phase != EXPECTED):
-            return state, False
-        if atomics.compare_exchange(words, STATE, state, _state((state >> PHASE_BITS) + 1, CLAIMED)):
-            return state, True
 
 
 @leaf
@@ -186,28 +159,6 @@ def serve_short_calls(words, job, tables, specials, scan_table, cache, syscall_n
 
 
 @kernel
-def expect_job(words, syscall_number):
-    """Tell an idle helper that a job is coming (STATE: IDLE -> EXPECTED) and wake it, so that it is awake and
-    spinning by the time the job is posted; returns the STATE it set (for ``release_expected``), or 0 where the
-    helper was not idle. A caller may then claim from EXPECTED as from IDLE."""
-    state = atomics.load(words, STATE)
-    if (state & PHASE_MASK) != IDLE:
-        return 0
-    expected = (state & ~PHASE_MASK) | EXPECTED
-    if not atomics.compare_exchange(words, STATE, state, expected):
-        return 0
-    if atomics.load(words, SLEEPER) != 0:
-        atomics.futex(words, STATE, FUTEX_WAKE_PRIVATE, 1, syscall_number)
-    return expected
-
-
-@kernel
-def release_expected(words, expected):
-    """STATE back to IDLE if it still holds what ``expect_job`` set (no job came of it)."""
-    atomics.compare_exchange(words, STATE, expected, (expected & ~PHASE_MASK) | IDLE)
-
-
-@kernel
 def stop_helper(words, syscall_number):
     """Tell the helper to quit once no job is claimed, posted or running, and wake it; False where there
     is no thread (STOPPED) or it was told already."""
@@ -255,7 +206,7 @@ def _encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes,
             phase = atomics.load(words, STATE) & PHASE_MASK
             if phase != RUNNING:
                 break
-        if phase != IDLE and phase != EXPECTED:
+        if phase != IDLE:
             return (np.empty(0, dtype=ID_DTYPE), NOT_SHARED, False, phase == STOPPED, np.empty(0, dtype=np.int64),
                     _nothing_kept())
     buf, seg_start, seg_end, allow_special, status = read_text_pairs(address, n_pairs, layout, max_chars, max_bytes)
@@ -263,9 +214,10 @@ def _encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes,
         return np.empty(0, dtype=ID_DTYPE), status, False, False, np.empty(0, dtype=np.int64), _nothing_kept()
     cache = bundle.cache
     long_enough = buf.shape[0] >= min_shared_bytes
-    state, claimed = _claim(words, long_enough)
+    state = atomics.load(words, STATE)
     number = (state >> PHASE_BITS) + 1
-    if not claimed:
+    if not (long_enough and (state & PHASE_MASK) == IDLE
+            and atomics.compare_exchange(words, STATE, state, _state(number, CLAIMED))):
         ids, bounds, kept = _encode_alone(bundle, buf, seg_start, seg_end, allow_special, tiktoken_safe, with_bounds)
         grow_short, grow_general = growth_needed(cache)
         return (ids, status, grow_short or grow_general, long_enough and (state & PHASE_MASK) == STOPPED, bounds,
@@ -397,16 +349,6 @@ class ShortCallHelper:
         bounds, regather)``."""
         ids, status, may_grow, _, bounds, kept = self._call(encode_pairs_shared_with_bounds, args)
         return ids, status, may_grow, bounds, lambda: ids_of_parts(*kept)
-
-    def expect(self) -> int:
-        """Wake an idle helper for a call about to come (``expect_job``); returns what ``release`` needs (0: the
-        helper was not idle, or there is no thread)."""
-        return expect_job(self.words, SYS_FUTEX)
-
-    def release(self, expected: int) -> None:
-        """Let the helper sleep again if the call ``expect`` was for posted no job (a no-op if it did)."""
-        if expected:
-            release_expected(self.words, expected)
 
     def _call(self, shared_kernel, args: tuple):
         """``shared_kernel`` on a short call's arguments (then ``words``, ``job`` and the settings); starts the

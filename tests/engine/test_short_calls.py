@@ -324,69 +324,6 @@ def test_fresh_cached_calls_from_callers_on_several_threads(cached_tok, ref):
     assert failures == []
 
 
-def phase(tok) -> int:
-    return int(helper(tok).words[short_calls.STATE]) & short_calls.PHASE_MASK
-
-
-def wait_for_phase(tok, wanted: int, seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while phase(tok) != wanted and time.monotonic() < deadline:
-        time.sleep(0.001)
-    return phase(tok) == wanted
-
-
-def test_an_expected_job_wakes_the_helper_and_is_released(ref):
-    tok = own_tokenizer(cached_sharing_policy())
-    assert helper(tok).expect() == 0  # no thread yet: nothing to wake
-    helper(tok).start()
-    assert wait_for_phase(tok, short_calls.IDLE)
-    expected = helper(tok).expect()
-    assert expected and phase(tok) == short_calls.EXPECTED
-    assert helper(tok).expect() == 0  # expected already: a second caller does not take it over
-    helper(tok).release(expected)
-    assert phase(tok) == short_calls.IDLE
-    helper(tok).release(expected)  # twice: a no-op
-    assert phase(tok) == short_calls.IDLE
-    helper(tok).close()
-
-
-def test_a_helper_expecting_a_job_that_never_comes_goes_back_to_idle():
-    tok = own_tokenizer(cached_sharing_policy())
-    helper(tok).start()
-    assert wait_for_phase(tok, short_calls.IDLE)
-    assert helper(tok).expect()
-    assert wait_for_phase(tok, short_calls.IDLE)  # it gave up after EXPECT_SPIN_READS reads (a few ms)
-    helper(tok).close()
-
-
-def test_calls_claim_a_job_expected_by_anyone(ref, monkeypatch):
-    tok = own_tokenizer(cached_sharing_policy())
-    helper(tok).start()
-    assert wait_for_phase(tok, short_calls.IDLE)
-    results = watch_shared_in_place(tok, monkeypatch)
-    before = helper(tok).job[short_calls.HELPER_JOBS]
-    for seed in range(90, 96):
-        expected = helper(tok).expect()  # another caller's expectation, never released by it
-        assert_parity(tok, ref, sample_prompt(30_000, seed=seed))
-        assert results[-1] is not None  # shared all the same
-        helper(tok).release(expected)  # a no-op: the call claimed from it
-    assert phase(tok) in (short_calls.IDLE, short_calls.RUNNING)
-    assert wait_for_phase(tok, short_calls.IDLE)
-    assert helper(tok).job[short_calls.HELPER_JOBS] >= before
-    helper(tok).close()
-
-
-def test_close_while_a_job_is_expected():
-    tok = own_tokenizer(cached_sharing_policy())
-    helper(tok).start()
-    thread = helper(tok)._thread
-    assert wait_for_phase(tok, short_calls.IDLE)
-    assert helper(tok).expect()
-    helper(tok).close()  # waits until the helper has given up on it (or a caller released it)
-    thread.join(timeout=10)
-    assert not thread.is_alive()
-
-
 @pytest.mark.parametrize("name", ["min_shared_short_call_bytes", "short_call_part_bytes", "short_call_part_shrink",
                                   "max_shared_in_place_chars"])
 def test_policy_checks_the_sharing_settings(name):
