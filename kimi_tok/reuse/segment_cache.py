@@ -265,11 +265,13 @@ def _settle_all() -> None:
 
 def _settle_at_exit() -> None:
     """At exit: wait for the stores helpers are making, so that none runs (compiled code among it) while the
-    interpreter tears down; an error of one is of no use to anyone by then."""
-    try:
-        _settle_all()
-    except Exception:
-        pass
+    interpreter tears down; a store's error is of no use to anyone by then, and the other caches are still
+    waited for."""
+    for cache in list(_STORING):
+        try:
+            cache.settle()
+        except Exception:
+            pass
 
 
 if hasattr(os, "register_at_fork"):

@@ -705,3 +705,43 @@ def test_short_calls_through_the_cache_name_bad_segments(segments, message):
     tok = kimi_tok.kimi_k3(segment_cache_bytes=BIG_BUDGET + 1)
     with pytest.raises(TypeError, match=message):
         tok.encode_segments(segments)
+
+
+def test_stores_still_running_at_exit_are_waited_for(tmp_path):
+    """A process that exits right after a long call waits for the store a helper makes of it (none runs while the
+    interpreter tears down), and a store that failed does not keep the others from being waited for."""
+    import subprocess
+    import sys
+    import textwrap
+
+    marker = tmp_path / "stored"
+    script = textwrap.dedent(f"""
+        import time
+        import kimi_tok
+        from kimi_tok.samples import sample_prompt
+
+        def tokenizer(budget):
+            return kimi_tok.kimi_k3(policy=kimi_tok.Policy.from_env(segment_cache_bytes=budget, n_jobs=2))
+
+        failing, kept = tokenizer({BIG_BUDGET} + 11), tokenizer({BIG_BUDGET} + 12)
+        failing.wait_until_compiled()
+        kept.wait_until_compiled()
+
+        def fail(*args, **kwargs):
+            raise RuntimeError("store failed")
+
+        def slow(*args, store=kept.segment_cache.store, **kwargs):
+            time.sleep(0.3)
+            store(*args, **kwargs)
+            open({str(marker)!r}, "w").write(str(len(kept.segment_cache._runs)))
+
+        failing.segment_cache.store = fail
+        kept.segment_cache.store = slow
+        prompt = sample_prompt(kept.policy.min_cached_call_chars + 10_000, seed=5)
+        failing.encode_segments(prompt)
+        kept.encode_segments(prompt)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert result.returncode == 0, result.stderr
+    assert marker.read_text() == "1"  # the slow store ran to its end before the process exited
