@@ -106,8 +106,10 @@ def _reached(done, number):
 
 
 @leaf
-def _wait_for_done(words, number, syscall_number):
-    """Until DONE has reached job ``number``: spins, then sleeps on DONE (the helper wakes it)."""
+def _wait_for_done(words, number, syscall_number, job_arrays):
+    """Until DONE has reached job ``number``: spins, then sleeps on DONE (the helper wakes it). ``job_arrays``:
+    every array the job points into, passed so that they live until the helper is done with them (numba frees
+    an array right after its last use in a function, which may be the caller's own parts)."""
     for _ in range(futex.SPIN_READS):
         if _reached(atomics.load(words, DONE), number):
             return
@@ -232,7 +234,8 @@ def encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes, 
     except Exception:  # no memory for a part's arrays: no more parts for anyone, then declined
         counters[NEXT_PART] = n_parts
     if posted and not atomics.compare_exchange(words, STATE, _state(number, POSTED), _state(number, IDLE)):
-        _wait_for_done(words, number, syscall_number)  # the helper took it: until it is done
+        _wait_for_done(words, number, syscall_number,  # the helper took it: until it is done
+                       (buf, sub_start, sub_end, sub_allow, part_first, counters, out, part_n_ids, sub_n_ids))
     grow_short, grow_general = growth_needed(cache)
     if counters[PARTS_DONE] != n_parts:
         return np.empty(0, dtype=ID_DTYPE), NOT_SHARED, grow_short or grow_general, False

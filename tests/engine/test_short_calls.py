@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -124,6 +126,62 @@ def test_callers_on_several_threads_share_one_helper(tok, ref):
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+# Run in a process of its own whose allocator unmaps every block of 16 kB or more when it is freed: a helper that
+# reads an array the caller already freed then faults rather than reading whatever the memory holds next.
+LATE_HELPER = """
+import ctypes, sys, threading, time
+import kimi_tok
+from kimi_tok import Policy
+from kimi_tok.engine import short_calls as sc
+from kimi_tok.native import futex
+from kimi_tok.samples import sample_text
+from kimi_tok.vocab import KIMI_PATTERN, embedded_kimi_k3
+
+def tokenizer(**changes):
+    return kimi_tok.Tokenizer(*embedded_kimi_k3(), KIMI_PATTERN, name="late helper", policy=Policy.from_env(**changes))
+
+tok = tokenizer(n_jobs=2, segment_cache_bytes=0, min_shared_short_call_bytes=1, short_call_part_bytes=64,
+                short_call_part_shrink=2)
+engine = tok._compiled()[0]
+helper = engine.short_call_helper = sc.ShortCallHelper(engine.stages, tok.policy, engine.splits_after_newline)
+words, job = helper.words, helper.job
+words[sc.STATE] = sc.IDLE  # as start() leaves it, without a thread: this one is the helper
+text = sample_text(120_000, seed=5)
+expected = tokenizer(n_jobs=1, segment_cache_bytes=0).encode(text)
+got = {}
+caller = threading.Thread(target=lambda: got.update(ids=tok.encode(text)))
+caller.start()
+deadline = time.monotonic() + 600
+while words[sc.STATE] & sc.PHASE_MASK != sc.POSTED:
+    assert time.monotonic() < deadline and caller.is_alive(), "no job was posted"
+number = int(words[sc.STATE]) >> sc.PHASE_BITS
+words[sc.STATE] = number << sc.PHASE_BITS | sc.RUNNING  # taken: the caller encodes every part, then waits
+while words[sc.DONE_SLEEPER] != 1:
+    assert time.monotonic() < deadline, "the caller did not wait for the helper"
+n_subs, n_parts = int(job[sc.N_SUBS]), int(job[sc.N_PART_FIRST]) - 1
+for field, n_bytes in ((sc.BUF, job[sc.N_BUF]), (sc.SUB_START, 8 * n_subs), (sc.SUB_END, 8 * n_subs),
+                       (sc.SUB_ALLOW, n_subs), (sc.PART_FIRST, 8 * (n_parts + 1)), (sc.COUNTERS, 16),
+                       (sc.OUT, 4 * job[sc.N_BUF]), (sc.PART_N_IDS, 8 * n_parts), (sc.SUB_N_IDS, 8 * n_subs)):
+    ctypes.string_at(int(job[field]), int(n_bytes))  # what a helper still on a part reads or writes
+assert ctypes.string_at(int(job[sc.BUF]), int(job[sc.N_BUF])) == text.encode()
+words[sc.STATE] = number << sc.PHASE_BITS | sc.IDLE
+futex.set_and_wake(words, sc.DONE, number, sc.DONE_SLEEPER, futex.SYS_FUTEX)
+caller.join()
+assert got["ids"].ids == expected.ids
+print("arrays alive")
+"""
+
+
+def test_a_caller_keeps_its_job_arrays_until_the_helper_is_done():
+    """A caller that has encoded every part while the helper is still on one waits with every array the job
+    points into alive: numba frees an array after its last use in a function, which was the caller's own parts
+    (the helper then read text from freed memory: wrong ids under concurrent callers, or a fault)."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(16 << 10))
+    result = subprocess.run([sys.executable, "-c", LATE_HELPER], env=env, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0 and "arrays alive" in result.stdout, result.stderr[-3000:]
 
 
 def test_a_long_call_starts_the_helper_and_a_short_one_does_not(ref):
