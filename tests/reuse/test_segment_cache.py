@@ -716,6 +716,7 @@ def test_stores_still_running_at_exit_are_waited_for(tmp_path):
 
     marker = tmp_path / "stored"
     script = textwrap.dedent(f"""
+        import threading
         import time
         import kimi_tok
         from kimi_tok.samples import sample_prompt
@@ -728,7 +729,8 @@ def test_stores_still_running_at_exit_are_waited_for(tmp_path):
         kept.wait_until_compiled()
 
         def fail(*args, **kwargs):
-            raise RuntimeError("store failed")
+            if threading.current_thread() is not threading.main_thread():
+                raise RuntimeError("store failed")
 
         def slow(*args, store=kept.segment_cache.store, **kwargs):
             time.sleep(0.3)
@@ -738,7 +740,11 @@ def test_stores_still_running_at_exit_are_waited_for(tmp_path):
         failing.segment_cache.store = fail
         kept.segment_cache.store = slow
         prompt = sample_prompt(kept.policy.min_cached_call_chars + 10_000, seed=5)
-        failing.encode_segments(prompt)
+        for seed in range(6, 40):  # until a failing store is pending (a call whose helper is busy stores itself)
+            failing.encode_segments(sample_prompt(kept.policy.min_cached_call_chars + 10_000, seed=seed))
+            if failing.segment_cache._pending:
+                break
+        assert failing.segment_cache._pending
         kept.encode_segments(prompt)
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
