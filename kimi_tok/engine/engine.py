@@ -50,6 +50,7 @@ class Encoded(NamedTuple):
 
 NO_IDS = np.empty(0, dtype=ID_DTYPE)
 NO_BOUNDS = np.zeros(1, dtype=np.int64)
+MAX_UTF8_BYTES_PER_CHAR = 4  # so a text of n characters has at most 4n bytes, and 4n ids
 NO_BYTE_LIMIT = np.iinfo(np.int64).max  # max_fused_bytes of one job: any call runs fused
 # From how many characters a call's texts are transcoded on threads rather than in one compiled pass: where one
 # pass is 16 characters a step (AVX-512 VBMI2) it was faster up to ~6M characters, elsewhere up to ~2.5M
@@ -120,6 +121,16 @@ class Engine:
         if not self.fuses or (type(segments) is not list and type(segments) is not tuple):
             return None
         return self.stages.encode_pairs(tuple(segments), max_chars, max_bytes, tiktoken_safe, self.short_call_helper)
+
+    def shared_in_place_ids(self, segments: Sequence, tiktoken_safe: bool):
+        """``encode_with_regather`` of validated ``segments`` of at most ``Policy.max_shared_in_place_chars``
+        characters, read in place and shared with ``short_call_helper``: ``(ids, bounds, regather)``; None (nothing
+        done) where there is no helper, or for a longer call or lone surrogates."""
+        if self.short_call_helper is None or not segments:
+            return None
+        max_chars = self.policy.max_shared_in_place_chars
+        return self.stages.encode_pairs_with_bounds(tuple(segments), max_chars, MAX_UTF8_BYTES_PER_CHAR * max_chars + 1,
+                                                    tiktoken_safe, self.short_call_helper)
 
     def short_call_limits(self) -> tuple[int, int]:
         """``(max_chars, max_bytes)`` of the calls ``encode`` tries as short calls (``short_call_ids``)."""

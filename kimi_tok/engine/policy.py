@@ -54,6 +54,14 @@ def short_call_bytes_for(cores: int) -> int:
     return 3 << 16 if cores <= 2 else 1 << 17
 
 
+def shared_in_place_chars_for(cores: int) -> int:
+    """Up to how many characters a call the segment cache encodes afresh is read in place and shared with the
+    short-call helper on ``cores``: on two, that beat packing and fanning out at every size measured, up to 3.1M
+    characters, and longer calls pack on two threads (docs/performance.md, "Fresh cached calls read in place"); on
+    more, a fan-out has more threads than two."""
+    return 1 << 22 if cores <= 2 else 0
+
+
 def _positive_int_env(name: str) -> int | None:
     value = os.environ.get(name)
     if not value:
@@ -101,6 +109,8 @@ class Policy:
     min_shared_short_call_bytes: int = 24 << 10
     short_call_part_bytes: int = 1 << 12  # ... in parts of at least this size ...
     short_call_part_shrink: int = 8  # ... and 1/short_call_part_shrink of the text left
+    # the segment cache's new segments, up to this many characters, are read in place and shared that way too
+    max_shared_in_place_chars: int = field(default_factory=lambda: shared_in_place_chars_for(usable_cores()))
     parked_helpers: bool = HAS_FUTEX
     helpers: int = field(default_factory=lambda: max(1, usable_cores() // 2))
     cache_dir: Path = field(default_factory=_default_cache_dir)  # the BPE tables built per vocabulary
@@ -156,7 +166,7 @@ class Policy:
         value = self.min_parallel_pack_chars
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"min_parallel_pack_chars must be a positive int or None, not {value!r}")
-        for name in ("min_cached_call_chars", "max_joined_call_chars"):
+        for name in ("min_cached_call_chars", "max_joined_call_chars", "max_shared_in_place_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, not {value!r}")

@@ -11,6 +11,10 @@ the helper's wake-up (~0.1 ms here) overlaps the caller's cuts (docs/performance
 shared with a parked helper"). A call the helper has not started on by the time the caller has taken
 every part is taken back: nobody waits for a thread that is late.
 
+The segment cache's fresh calls (``Engine.shared_in_place_ids``, up to ``Policy.max_shared_in_place_chars``)
+go the same way (``encode_pairs_shared_with_bounds``), with each segment's bounds in the ids, and are declined
+where the helper cannot take part: a long call on one thread would be slower than the packed fan-out.
+
 A helper starts with the first call long enough to share (a thread and a piece cache from the
 engine's pool, made after that call returns), so that a Tokenizer that only sees short calls has
 none. One caller at a time shares: the others, and calls on an engine whose helper is busy, run
@@ -55,6 +59,7 @@ from ..pipeline.assembly import ID_DTYPE, cut_packed, encode_read_pairs
 from ..pipeline.bpe import grown_piece_cache
 from ..pipeline.bpe.piece_cache import growth_needed
 from ..pipeline.pretokenize.kimi_scanner import split_at_safe_points
+from ..pipeline.segments import bounds_by_segment
 from .parts import NEXT_PART, PARTS_DONE, encode_claimed_parts, group_into_parts, ids_of_parts
 from .policy import Policy
 
@@ -170,27 +175,55 @@ def stop_helper(words, syscall_number):
 
 
 @kernel
-def encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes, tiktoken_safe, words, job,
-                        min_shared_bytes, part_bytes, part_shrink, split_units, syscall_number):
-    """``pipeline.assembly.encode_pairs_bundled``, its parts shared with the helper on ``words``/``job`` when
-    the call has ``min_shared_bytes`` of UTF-8 or more and the helper is free: ``(ids, status, may_grow,
-    start_helper)``; ``start_helper``: the call was long enough to share but there is no helper thread
-    (STOPPED). No ids unless ``status`` is ``PAIRS_READ`` (``NOT_SHARED``: out of memory for a part).
-    ``split_units``: long sub-strings are cut where the pattern always cuts (``split_at_safe_points``), so that
-    parts can be small."""
+def _encode_alone(bundle, buf, seg_start, seg_end, allow_special, tiktoken_safe, with_bounds):
+    """A call's segments read by ``read_text_pairs``, encoded on this thread alone: ``(ids, bounds, kept)`` as
+    ``_encode_pairs_shared`` gives them (``bounds`` empty unless ``with_bounds``)."""
+    n_pairs = seg_start.shape[0]
+    out, n, run_start, run_out_end = encode_read_pairs(bundle.tables, bundle.specials, bundle.scan_table, bundle.flags,
+                                                       buf, seg_start, seg_end, allow_special, tiktoken_safe,
+                                                       bundle.cache)
+    bounds = bounds_by_segment(seg_end, np.arange(n_pairs), n_pairs, run_start, run_out_end) if with_bounds \
+        else np.empty(0, dtype=np.int64)
+    part_n_ids = np.full(1, n, dtype=np.int64)
+    return out[:n].copy(), bounds, (np.zeros(1, dtype=np.int64), np.arange(2), out, part_n_ids)
+
+
+@kernel
+def _nothing_kept():
+    return (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=ID_DTYPE),
+            np.empty(0, dtype=np.int64))
+
+
+@kernel
+def _encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes, tiktoken_safe, words, job,
+                         min_shared_bytes, part_bytes, part_shrink, split_units, syscall_number, with_bounds,
+                         must_share):
+    """``encode_pairs_shared``, and where each segment's ids start and end (``bounds``, if ``with_bounds``) and what
+    ``ids_of_parts`` gathers the ids from again (``kept``): ``(ids, status, may_grow, start_helper, bounds,
+    kept)``. ``must_share``: a call the helper cannot take (none, or busy) is declined (``NOT_SHARED``) before
+    its text is read, rather than run on this thread alone."""
+    if must_share:
+        phase = atomics.load(words, STATE) & PHASE_MASK
+        for _ in range(HELPER_SPIN_READS if phase == RUNNING else 0):  # it may be between DONE and IDLE
+            phase = atomics.load(words, STATE) & PHASE_MASK
+            if phase != RUNNING:
+                break
+        if phase != IDLE:
+            return (np.empty(0, dtype=ID_DTYPE), NOT_SHARED, False, phase == STOPPED, np.empty(0, dtype=np.int64),
+                    _nothing_kept())
     buf, seg_start, seg_end, allow_special, status = read_text_pairs(address, n_pairs, layout, max_chars, max_bytes)
     if status != PAIRS_READ:
-        return np.empty(0, dtype=ID_DTYPE), status, False, False
+        return np.empty(0, dtype=ID_DTYPE), status, False, False, np.empty(0, dtype=np.int64), _nothing_kept()
     cache = bundle.cache
     long_enough = buf.shape[0] >= min_shared_bytes
     state = atomics.load(words, STATE)
     number = (state >> PHASE_BITS) + 1
     if not (long_enough and (state & PHASE_MASK) == IDLE
             and atomics.compare_exchange(words, STATE, state, _state(number, CLAIMED))):
-        ids = encode_read_pairs(bundle.tables, bundle.specials, bundle.scan_table, bundle.flags, buf, seg_start,
-                                seg_end, allow_special, tiktoken_safe, cache)
+        ids, bounds, kept = _encode_alone(bundle, buf, seg_start, seg_end, allow_special, tiktoken_safe, with_bounds)
         grow_short, grow_general = growth_needed(cache)
-        return ids, status, grow_short or grow_general, long_enough and (state & PHASE_MASK) == STOPPED
+        return (ids, status, grow_short or grow_general, long_enough and (state & PHASE_MASK) == STOPPED, bounds,
+                kept)
     number &= NUMBER_MASK
     if atomics.load(words, SLEEPER) != 0:  # its wake-up overlaps the cuts below
         atomics.futex(words, STATE, FUTEX_WAKE_PRIVATE, 1, syscall_number)
@@ -207,7 +240,7 @@ def encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes, 
         sub_n_ids = np.zeros(sub_start.shape[0], dtype=np.int64)
     except Exception:
         atomics.store(words, STATE, _state(number, IDLE))
-        return np.empty(0, dtype=ID_DTYPE), NOT_SHARED, False, False
+        return np.empty(0, dtype=ID_DTYPE), NOT_SHARED, False, False, np.empty(0, dtype=np.int64), _nothing_kept()
     posted = n_parts > 1
     if posted:
         job[BUF] = buf.ctypes.data
@@ -238,8 +271,37 @@ def encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes, 
                        (buf, sub_start, sub_end, sub_allow, part_first, counters, out, part_n_ids, sub_n_ids))
     grow_short, grow_general = growth_needed(cache)
     if counters[PARTS_DONE] != n_parts:
-        return np.empty(0, dtype=ID_DTYPE), NOT_SHARED, grow_short or grow_general, False
-    return (ids_of_parts(sub_start, part_first, out, part_n_ids), status, grow_short or grow_general, False)
+        return (np.empty(0, dtype=ID_DTYPE), NOT_SHARED, grow_short or grow_general, False,
+                np.empty(0, dtype=np.int64), _nothing_kept())
+    kept = (sub_start, part_first[:n_parts + 1], out, part_n_ids)
+    bounds = bounds_by_segment(seg_end, np.arange(n_pairs), n_pairs, sub_start, np.cumsum(sub_n_ids)) \
+        if with_bounds else np.empty(0, dtype=np.int64)
+    return ids_of_parts(*kept), status, grow_short or grow_general, False, bounds, kept
+
+
+@kernel
+def encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes, tiktoken_safe, words, job,
+                        min_shared_bytes, part_bytes, part_shrink, split_units, syscall_number):
+    """``pipeline.assembly.encode_pairs_bundled``, its parts shared with the helper on ``words``/``job`` when
+    the call has ``min_shared_bytes`` of UTF-8 or more and the helper is free: ``(ids, status, may_grow,
+    start_helper)``; ``start_helper``: the call was long enough to share but there is no helper thread
+    (STOPPED). No ids unless ``status`` is ``PAIRS_READ`` (``NOT_SHARED``: out of memory for a part).
+    ``split_units``: long sub-strings are cut where the pattern always cuts (``split_at_safe_points``), so that
+    parts can be small."""
+    ids, status, may_grow, start_helper, _, _ = _encode_pairs_shared(
+        bundle, address, n_pairs, layout, max_chars, max_bytes, tiktoken_safe, words, job, min_shared_bytes,
+        part_bytes, part_shrink, split_units, syscall_number, False, False)
+    return ids, status, may_grow, start_helper
+
+
+@kernel
+def encode_pairs_shared_with_bounds(bundle, address, n_pairs, layout, max_chars, max_bytes, tiktoken_safe, words,
+                                    job, min_shared_bytes, part_bytes, part_shrink, split_units, syscall_number):
+    """``encode_pairs_shared`` of a call that is declined (``NOT_SHARED``) unless the helper takes part, and
+    each segment's bounds in the ids and what gathers them again: ``(ids, status, may_grow, start_helper, bounds,
+    kept)``; ``ids_of_parts(*kept)`` is a copy of ``ids`` from memory only this call's result holds."""
+    return _encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes, tiktoken_safe, words, job,
+                                min_shared_bytes, part_bytes, part_shrink, split_units, syscall_number, True, True)
 
 
 def shares_short_calls(policy: Policy, fuses: bool) -> bool:
@@ -262,7 +324,7 @@ class ShortCallHelper:
         self.job = np.zeros(JOB_WORDS, dtype=np.int64)
         self.settings = (policy.min_shared_short_call_bytes, policy.short_call_part_bytes,
                          policy.short_call_part_shrink, splits_after_newline, SYS_FUTEX)
-        self._entry = None  # the compiled entry point of encode_pairs_shared, once chosen
+        self._entries: dict = {}  # kernel -> its compiled entry point, once chosen
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._starter: threading.Thread | None = None  # the thread that starts it after the first long call
@@ -282,18 +344,30 @@ class ShortCallHelper:
 
     def encode_pairs(self, args: tuple):
         """``encode_pairs_bundled(*args)``, shared with the thread when long enough: ``(ids, status, may_grow)``."""
+        return self._call(encode_pairs_shared, args)[:3]
+
+    def encode_pairs_with_bounds(self, args: tuple):
+        """``encode_pairs`` and where each segment's ids start and end, and a function that gathers the ids again
+        into a new array from memory only it holds (as ``Engine.encode_with_regather``): ``(ids, status, may_grow,
+        bounds, regather)``."""
+        ids, status, may_grow, _, bounds, kept = self._call(encode_pairs_shared_with_bounds, args)
+        return ids, status, may_grow, bounds, lambda: ids_of_parts(*kept)
+
+    def _call(self, shared_kernel, args: tuple):
+        """``shared_kernel`` on a short call's arguments (then ``words``, ``job`` and the settings); starts the
+        thread after a call long enough to share found none."""
         args = args + (self.words, self.job) + self.settings
-        entry = self._entry
+        entry = self._entries.get(shared_kernel)
         if entry is None:
-            ids, status, may_grow, start = encode_pairs_shared(*args)
-            self._entry = jit.compiled_entry(encode_pairs_shared, args)
+            result = shared_kernel(*args)
+            self._entries[shared_kernel] = jit.compiled_entry(shared_kernel, args)
         else:
-            ids, status, may_grow, start = entry(*args)
-        if start and self._starter is None:  # the thread, its cache and its kernel after this call, not during it
+            result = entry(*args)
+        if result[3] and self._starter is None:  # the thread, its cache and its kernel after this call, not during it
             self._starter = threading.Thread(target=self._start_after_call, name="kimi_tok-short_calls-start",
                                              daemon=True)
             self._starter.start()
-        return ids, status, may_grow
+        return result
 
     def start(self) -> None:
         """Start the thread now (and load or compile its kernel here) unless it runs or the helper is closed."""

@@ -78,19 +78,21 @@ def encode_pairs_fused(tables, specials, scan_table, flags, address, n_pairs, la
     buf, seg_start, seg_end, allow_special, status = read_text_pairs(address, n_pairs, layout, max_chars, max_bytes)
     if status != PAIRS_READ:
         return np.empty(0, dtype=ID_DTYPE), status
-    return encode_read_pairs(tables, specials, scan_table, flags, buf, seg_start, seg_end, allow_special,
-                             tiktoken_safe, cache), status
+    out, n, _, _ = encode_read_pairs(tables, specials, scan_table, flags, buf, seg_start, seg_end, allow_special,
+                                     tiktoken_safe, cache)
+    return out[:n].copy(), status
 
 
 @kernel
 def encode_read_pairs(tables, specials, scan_table, flags, buf, seg_start, seg_end, allow_special, tiktoken_safe,
                       cache):
-    """``encode_packed_fused`` of segments ``read_text_pairs`` read: their ids, in an array of their length."""
+    """``encode_packed_fused`` of segments ``read_text_pairs`` read: ``(out, n_ids, run_start, run_out_end)``, the
+    ids in ``out[:n_ids]``."""
     needs_cuts = np.full(seg_start.shape[0], tiktoken_safe, dtype=np.bool_)
     out = np.empty(buf.shape[0], dtype=ID_DTYPE)
-    n, _, _ = encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg_end, needs_cuts,
-                                  allow_special, out, cache)
-    return out[:n].copy()
+    n, run_start, run_out_end = encode_packed_fused(tables, specials, scan_table, flags, buf, seg_start, seg_end,
+                                                    needs_cuts, allow_special, out, cache)
+    return out, n, run_start, run_out_end
 
 
 @kernel
@@ -173,6 +175,20 @@ class SubstringEncoder:
         UTF-8, or lone surrogates (``native.cpython.read_text_pairs``). ``helper``: an object whose
         ``encode_pairs(args)`` runs the call instead of ``encode_pairs_bundled(*args)`` (the engine's
         ``ShortCallHelper``, which shares long calls with a thread)."""
+        result = self._with_pairs_cache(pairs, max_chars, max_bytes, tiktoken_safe,
+                                        helper.encode_pairs if helper is not None else None)
+        return None if result is None else result[0]
+
+    def encode_pairs_with_bounds(self, pairs: tuple, max_chars: int, max_bytes: int, tiktoken_safe: bool, helper):
+        """``encode_pairs`` through ``helper.encode_pairs_with_bounds``: ``(ids, bounds, regather)`` (segment ``i``'s
+        ids are ``ids[bounds[i]:bounds[i + 1]]``; ``regather`` as ``engine.Engine.encode_with_regather`` gives it),
+        or None (nothing done)."""
+        result = self._with_pairs_cache(pairs, max_chars, max_bytes, tiktoken_safe, helper.encode_pairs_with_bounds)
+        return None if result is None else result[:1] + result[3:]
+
+    def _with_pairs_cache(self, pairs: tuple, max_chars: int, max_bytes: int, tiktoken_safe: bool, encode):
+        """``encode(args)`` (``encode_pairs_bundled`` if None) with a piece cache of the pool, on a short call's
+        arguments: its result, whose first three items are ``(ids, status, may_grow)``; None if nothing was done."""
         if LAYOUT is None or not pairs:
             return None
         cache, short_call = self.piece_caches.take(make=False)
@@ -184,17 +200,17 @@ class SubstringEncoder:
         if short_call is None:  # the cache's first short call (or first since it grew): through the dispatcher
             bundle = bundle_stages(self.tables, self.specials, self.pretokenizer.scan_table, code_point_flags(), cache)
             short_call = (bundle, encode_pairs_bundled)
-        bundle, encode = short_call
+        bundle, bundled = short_call
         # ``pairs`` (this frame holds it) keeps every pair and str alive while the call reads them
         args = (bundle, id(pairs), len(pairs), LAYOUT, max_chars, max_bytes, tiktoken_safe)
-        if helper is not None:
-            ids, status, may_grow = helper.encode_pairs(args)
+        if encode is not None:
+            result = encode(args)
         else:
-            ids, status, may_grow = encode(*args)
-            if encode is encode_pairs_bundled:  # later calls skip the dispatcher's typing of the bundle
+            result = bundled(*args)
+            if bundled is encode_pairs_bundled:  # later calls skip the dispatcher's typing of the bundle
                 short_call = (bundle, jit.compiled_entry(encode_pairs_bundled, args))
-        self.piece_caches.give_back(cache, short_call, may_grow)  # not after an error: see PieceCachePool.borrow
-        return ids if status == PAIRS_READ else None
+        self.piece_caches.give_back(cache, short_call, result[2])  # not after an error: see PieceCachePool.borrow
+        return result if result[1] == PAIRS_READ else None
 
     def encode_packed(self, buf, seg_start, seg_end, needs_cuts, allow_special, flags, out):
         """Every stage from the packed segments on (their tiktoken-safe cuts included), in one

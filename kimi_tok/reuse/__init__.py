@@ -65,13 +65,17 @@ class SegmentReuse:
             return ahead.run(self, segments, tiktoken_safe, want_ids)
         cache, engine = self.cache, self.engine
         segments = validate_segments(segments)
-        if sum(len(text) for text, _ in segments) < self.policy.min_cached_call_chars:
+        chars = count_chars(segments)  # (text, flag) tuples now
+        if chars < policy.min_cached_call_chars:
             return engine.encode(segments, tiktoken_safe, want_ids, validated=True)  # neither looked up nor stored
         speculation = cache.speculate(segments, tiktoken_safe)
         plan = cache.resolve(speculation, cache.verify(speculation))  # offered texts that differ are misses too
         missing = plan.missing
         todo = segments if len(missing) == len(segments) else [segments[i] for i in missing]
-        new_ids, bounds, regather = engine.encode_with_regather(todo, tiktoken_safe, validated=True)
+        new = None
+        if (chars if todo is segments else count_chars(todo)) <= policy.max_shared_in_place_chars:
+            new = engine.shared_in_place_ids(todo, tiktoken_safe)  # None where there is no short-call helper
+        new_ids, bounds, regather = new or engine.encode_with_regather(todo, tiktoken_safe, validated=True)
         encoded = assemble(plan, new_ids, bounds, len(segments), want_ids)
         if missing:
             # stored by a helper once this call has returned; the caller may write to what it got, so the

@@ -37,14 +37,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from ..engine.engine import Encoded
+from ..engine.engine import MAX_UTF8_BYTES_PER_CHAR, Encoded
 from ..engine.parts import SharedParts
 from ..pipeline.assembly import ID_DTYPE
 from ..pipeline.segments import validate_segments
 from .parking import MAX_COPIES, PARKING, CopyJob, ParkedHelper, Posted
 from .segment_cache import CachePlan, RecentCall
-
-MAX_UTF8_BYTES_PER_CHAR = 4  # so a new text of n characters has at most 4n bytes, and 4n ids
 
 
 def _sched_getcpu():

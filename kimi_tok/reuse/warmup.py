@@ -77,7 +77,7 @@ def probe_policy(policy: Policy, **changes) -> Policy:
     few bytes), and with ``changes``."""
     settings = dict(n_jobs=max(2, policy.n_jobs), min_bytes_per_shared_job=1, fan_out_part_bytes=64,
                     min_bytes_per_job=1, min_bytes_per_process_job=1, unit_bytes=64, merge_slice_bytes=256,
-                    min_shared_short_call_bytes=1, short_call_part_bytes=64)
+                    min_shared_short_call_bytes=1, short_call_part_bytes=64, max_shared_in_place_chars=1 << 20)
     settings.update(changes)
     return policy.replace(**settings)
 
@@ -126,6 +126,9 @@ def _shared_parts(engine, reuse, decoder) -> None:
         try:
             for _ in range(2):
                 probe.encode(probe_segments(), True)
+            shared = probe.shared_in_place_ids(probe_segments(), True)  # as the segment cache's fresh calls take it
+            if shared is not None:
+                shared[2]()  # the regather the store makes on a helper thread: loaded here, not compiled there
         finally:
             helper.close()
 

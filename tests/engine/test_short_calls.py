@@ -151,7 +151,13 @@ words[sc.STATE] = sc.IDLE  # as start() leaves it, without a thread: this one is
 text = sample_text(120_000, seed=5)
 expected = tokenizer(n_jobs=1, segment_cache_bytes=0).encode(text)
 got = {}
-caller = threading.Thread(target=lambda: got.update(ids=tok.encode(text)))
+if sys.argv[1] == "short call":
+    caller = threading.Thread(target=lambda: got.update(ids=tok.encode(text).ids))
+else:  # as the segment cache's fresh calls: the ids, each segment's bounds and the ids gathered again
+    def in_place():
+        ids, bounds, regather = engine.shared_in_place_ids([(text, False)], True)
+        got.update(ids=ids.tolist(), bounds=bounds.tolist(), again=regather().tolist())
+    caller = threading.Thread(target=in_place)
 caller.start()
 deadline = time.monotonic() + 600
 while words[sc.STATE] & sc.PHASE_MASK != sc.POSTED:
@@ -169,17 +175,19 @@ assert ctypes.string_at(int(job[sc.BUF]), int(job[sc.N_BUF])) == text.encode()
 words[sc.STATE] = number << sc.PHASE_BITS | sc.IDLE
 futex.set_and_wake(words, sc.DONE, number, sc.DONE_SLEEPER, futex.SYS_FUTEX)
 caller.join()
-assert got["ids"].ids == expected.ids
+assert got["ids"] == expected.ids
+assert sys.argv[1] == "short call" or (got["again"] == expected.ids and got["bounds"] == [0, len(expected.ids)])
 print("arrays alive")
 """
 
 
-def test_a_caller_keeps_its_job_arrays_until_the_helper_is_done():
+@pytest.mark.parametrize("call", ["short call", "fresh call of the segment cache"])
+def test_a_caller_keeps_its_job_arrays_until_the_helper_is_done(call):
     """A caller that has encoded every part while the helper is still on one waits with every array the job
     points into alive: numba frees an array after its last use in a function, which was the caller's own parts
     (the helper then read text from freed memory: wrong ids under concurrent callers, or a fault)."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(16 << 10))
-    result = subprocess.run([sys.executable, "-c", LATE_HELPER], env=env, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", LATE_HELPER, call], env=env, capture_output=True, text=True,
                             timeout=900)
     assert result.returncode == 0 and "arrays alive" in result.stdout, result.stderr[-3000:]
 
@@ -262,7 +270,128 @@ def test_a_forked_child_starts_a_helper_of_its_own(tok, ref):
     assert helper(tok).running and tok.encode_segments(rerender(segments)).ids == expected
 
 
-@pytest.mark.parametrize("name", ["min_shared_short_call_bytes", "short_call_part_bytes", "short_call_part_shrink"])
+# -- the segment cache's fresh calls, read in place and shared (Engine.shared_in_place_ids) -------------------
+
+
+def cached_sharing_policy(**changes) -> Policy:
+    """Calls from 1,000 characters on go through the segment cache, and its new segments are read in place and
+    shared with the helper (parts of 64 bytes or more)."""
+    settings = dict(segment_cache_bytes=64 << 20, min_cached_call_chars=1_000, max_joined_call_chars=1_000,
+                    max_shared_in_place_chars=1 << 20)
+    settings.update(changes)
+    return sharing_policy(**settings)
+
+
+@pytest.fixture(scope="module")
+def cached_tok():
+    tok = own_tokenizer(cached_sharing_policy())
+    helper(tok).start()
+    yield tok
+    helper(tok).close()
+
+
+def watch_shared_in_place(tok, monkeypatch) -> list:
+    """Each result of the engine's ``shared_in_place_ids`` (None: declined), appended as calls make them."""
+    engine = tok._compiled()[0]
+    results = []
+    original = engine.shared_in_place_ids
+
+    def watched(segments, tiktoken_safe):
+        result = original(segments, tiktoken_safe)
+        results.append(result)
+        return result
+
+    monkeypatch.setattr(engine, "shared_in_place_ids", watched)
+    return results
+
+
+@pytest.mark.parametrize("name", list(calls()))
+def test_fresh_cached_calls_read_in_place_give_the_reference_ids(cached_tok, ref, name, monkeypatch):
+    segments, tiktoken_safe = calls()[name]
+    results = watch_shared_in_place(cached_tok, monkeypatch)
+    for _ in range(2):  # the second time from the cache: the stored bounds put each segment's ids back
+        assert_parity(cached_tok, ref, rerender(segments), tiktoken_safe)
+    assert results and results[0] is not None  # the helper was idle: the call was shared
+    # each segment alone from the cache, in another order: every stored bound is right
+    shuffled = rerender(segments[::-1])
+    assert_parity(cached_tok, ref, shuffled, tiktoken_safe)
+
+
+def test_edited_calls_share_only_their_new_segments(cached_tok, ref, monkeypatch):
+    segments = sample_prompt(30_000, seed=51)
+    assert_parity(cached_tok, ref, segments)
+    results = watch_shared_in_place(cached_tok, monkeypatch)
+    edited = rerender(segments)
+    longest = max(range(len(edited)), key=lambda i: len(edited[i][0]))
+    edited[longest] = (edited[longest][0][::-1], edited[longest][1])
+    edited.append((sample_text(5_000, seed=52), False))
+    assert_parity(cached_tok, ref, edited)
+    shared = [result for result in results if result is not None]
+    assert shared and all(len(bounds) == 3 for _, bounds, _ in shared)  # the two new segments, nothing else
+
+
+def test_the_kernel_gives_bounds_and_a_copy_that_gathers_again(cached_tok):
+    engine = cached_tok._compiled()[0]
+    for name, (segments, tiktoken_safe) in calls().items():
+        result = engine.shared_in_place_ids(rerender(segments), tiktoken_safe)
+        assert result is not None, name
+        ids, bounds, regather = result
+        expected_ids, expected_bounds = engine.encode_with_bounds(segments, tiktoken_safe)
+        assert ids.tolist() == expected_ids.tolist() and bounds.tolist() == expected_bounds.tolist(), name
+        ids[:] = 0  # what the caller does with its ids does not reach the copy the cache stores
+        again = regather()
+        assert again is not ids and again.tolist() == expected_ids.tolist(), name
+
+
+def test_fresh_cached_calls_go_packed_where_the_helper_cannot_take_part(ref, monkeypatch):
+    """No thread yet (it starts after the first such call), or closed: declined before reading, packed instead."""
+    tok = own_tokenizer(cached_sharing_policy())
+    results = watch_shared_in_place(tok, monkeypatch)
+    segments = sample_prompt(30_000, seed=61)
+    assert_parity(tok, ref, segments)
+    assert results == [None]  # the helper had not started: this call started it
+    deadline = time.monotonic() + 30
+    while not helper(tok).running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert helper(tok).running
+    assert_parity(tok, ref, sample_prompt(30_000, seed=62))
+    assert results[-1] is not None
+    helper(tok).close()
+    assert_parity(tok, ref, sample_prompt(30_000, seed=63))
+    assert results[-1] is None
+
+
+def test_fresh_cached_calls_longer_than_the_limit_go_packed(ref, monkeypatch):
+    tok = own_tokenizer(cached_sharing_policy(max_shared_in_place_chars=10_000))
+    helper(tok).start()
+    results = watch_shared_in_place(tok, monkeypatch)
+    assert_parity(tok, ref, sample_prompt(30_000, seed=71))
+    assert results == []
+    helper(tok).close()
+
+
+def test_fresh_cached_calls_from_callers_on_several_threads(cached_tok, ref):
+    prompts = [sample_prompt(20_000 + 4_000 * k, seed=80 + k) for k in range(4)]
+    expected = [ref.encode_segments(p) for p in prompts]
+    failures: list[str] = []
+
+    def caller(k: int) -> None:
+        for r in range(8):
+            i = (k + r) % len(prompts)
+            segments = [(text + f" {k}-{r}", allow) for text, allow in prompts[i]]  # fresh every time
+            if cached_tok.encode_segments(segments).ids != ref.encode_segments(segments):
+                failures.append(f"thread {k}, round {r}, prompt {i}")
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+@pytest.mark.parametrize("name", ["min_shared_short_call_bytes", "short_call_part_bytes", "short_call_part_shrink",
+                                  "max_shared_in_place_chars"])
 def test_policy_checks_the_sharing_settings(name):
     with pytest.raises(ValueError, match=name):
-        Policy(**{name: 0})
+        Policy(**{name: -1})
