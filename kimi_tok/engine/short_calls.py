@@ -325,6 +325,10 @@ class ShortCallHelper:
         self.settings = (policy.min_shared_short_call_bytes, policy.short_call_part_bytes,
                          policy.short_call_part_shrink, splits_after_newline, SYS_FUTEX)
         self._entries: dict = {}  # kernel -> its compiled entry point, once chosen
+        # what a short call runs once the first has chosen it: ``short_entry(*args, *tail)`` gives ``(ids, status,
+        # may_grow, start_helper)`` (``SubstringEncoder.encode_pairs`` calls it without the frames of ``encode_pairs``)
+        self.short_entry = None
+        self.tail = (self.words, self.job) + self.settings
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._starter: threading.Thread | None = None  # the thread that starts it after the first long call
@@ -354,20 +358,28 @@ class ShortCallHelper:
         return ids, status, may_grow, bounds, lambda: ids_of_parts(*kept)
 
     def _call(self, shared_kernel, args: tuple):
-        """``shared_kernel`` on a short call's arguments (then ``words``, ``job`` and the settings); starts the
-        thread after a call long enough to share found none."""
-        args = args + (self.words, self.job) + self.settings
+        """``shared_kernel`` on a short call's arguments (then ``tail``: ``words``, ``job`` and the settings);
+        starts the thread after a call long enough to share found none."""
+        args = args + self.tail
         entry = self._entries.get(shared_kernel)
         if entry is None:
             result = shared_kernel(*args)
-            self._entries[shared_kernel] = jit.compiled_entry(shared_kernel, args)
+            entry = self._entries[shared_kernel] = jit.compiled_entry(shared_kernel, args)
+            if shared_kernel is encode_pairs_shared:
+                self.short_entry = entry
         else:
             result = entry(*args)
-        if result[3] and self._starter is None:  # the thread, its cache and its kernel after this call, not during it
+        if result[3]:
+            self.start_after_call()
+        return result
+
+    def start_after_call(self) -> None:
+        """A call long enough to share found no thread: start it on a thread of its own (its piece cache and
+        kernel are made there, after this call, not during it), once."""
+        if self._starter is None:
             self._starter = threading.Thread(target=self._start_after_call, name="kimi_tok-short_calls-start",
                                              daemon=True)
             self._starter.start()
-        return result
 
     def start(self) -> None:
         """Start the thread now (and load or compile its kernel here) unless it runs or the helper is closed."""
@@ -409,6 +421,7 @@ class ShortCallHelper:
         self._lock = threading.Lock()
         self._stop.detach()
         self.words = np.zeros(N_WORDS, dtype=np.int32)
+        self.tail = (self.words, self.job) + self.settings
         self._stop = weakref.finalize(self, _stop, self.words, None)
         self._thread = self._starter = None
 

@@ -175,9 +175,28 @@ class SubstringEncoder:
         UTF-8, or lone surrogates (``native.cpython.read_text_pairs``). ``helper``: an object whose
         ``encode_pairs(args)`` runs the call instead of ``encode_pairs_bundled(*args)`` (the engine's
         ``ShortCallHelper``, which shares long calls with a thread)."""
-        result = self._with_pairs_cache(pairs, max_chars, max_bytes, tiktoken_safe,
-                                        helper.encode_pairs if helper is not None else None)
-        return None if result is None else result[0]
+        if LAYOUT is None or not pairs:
+            return None
+        # the common case in this frame: after other work each Python frame between costs a call microseconds
+        # (docs/performance.md, "Short calls without the layers between")
+        taken = cache, short_call = self.piece_caches.take(make=False)
+        entry = helper.short_entry if helper is not None else None
+        if cache is None or short_call is None or (entry is None if helper is not None
+                                                   else short_call[1] is encode_pairs_bundled):
+            result = self._with_pairs_cache(pairs, max_chars, max_bytes, tiktoken_safe,
+                                            helper.encode_pairs if helper is not None else None, taken)
+            return None if result is None else result[0]
+        # ``pairs`` (this frame holds it) keeps every pair and str alive while the call reads them
+        if entry is None:
+            ids, status, may_grow = short_call[1](short_call[0], id(pairs), len(pairs), LAYOUT, max_chars, max_bytes,
+                                                  tiktoken_safe)
+        else:
+            ids, status, may_grow, start = entry(short_call[0], id(pairs), len(pairs), LAYOUT, max_chars, max_bytes,
+                                                 tiktoken_safe, *helper.tail)
+            if start:
+                helper.start_after_call()
+        self.piece_caches.give_back(cache, short_call, may_grow)  # not after an error: see PieceCachePool.borrow
+        return ids if status == PAIRS_READ else None
 
     def encode_pairs_with_bounds(self, pairs: tuple, max_chars: int, max_bytes: int, tiktoken_safe: bool, helper):
         """``encode_pairs`` through ``helper.encode_pairs_with_bounds``: ``(ids, bounds, regather)`` (segment ``i``'s
@@ -186,12 +205,14 @@ class SubstringEncoder:
         result = self._with_pairs_cache(pairs, max_chars, max_bytes, tiktoken_safe, helper.encode_pairs_with_bounds)
         return None if result is None else result[:1] + result[3:]
 
-    def _with_pairs_cache(self, pairs: tuple, max_chars: int, max_bytes: int, tiktoken_safe: bool, encode):
-        """``encode(args)`` (``encode_pairs_bundled`` if None) with a piece cache of the pool, on a short call's
-        arguments: its result, whose first three items are ``(ids, status, may_grow)``; None if nothing was done."""
+    def _with_pairs_cache(self, pairs: tuple, max_chars: int, max_bytes: int, tiktoken_safe: bool, encode,
+                          taken: tuple | None = None):
+        """``encode(args)`` (``encode_pairs_bundled`` if None) with a piece cache of the pool (``taken``: what the
+        caller took from it already), on a short call's arguments: its result, whose first three items are
+        ``(ids, status, may_grow)``; None if nothing was done."""
         if LAYOUT is None or not pairs:
             return None
-        cache, short_call = self.piece_caches.take(make=False)
+        cache, short_call = taken or self.piece_caches.take(make=False)
         if cache is None:  # none free: a new one (~6 ms) only for a call that is not too long
             chars = count_chars(pairs)
             if chars is None or chars > max_chars:
