@@ -109,15 +109,21 @@ def test_the_helper_takes_parts_of_calls_back_to_back(tok, ref):
     assert helper(tok).parts_taken > before
 
 
-def test_callers_on_several_threads_share_one_helper(tok, ref):
-    prompts = [sample_prompt(25_000 + 5_000 * k, seed=30 + k) for k in range(4)]
+def failures_of_callers(tok, ref, prompts: list, rounds: int, fresh: bool = False) -> list[str]:
+    """Four threads calling ``tok`` at once, each going round ``prompts`` from its own start; the calls whose ids
+    were not the reference's. ``fresh``: each call's texts end in its thread and round (none was seen before)."""
     expected = [ref.encode_segments(p) for p in prompts]
     failures: list[str] = []
 
     def caller(k: int) -> None:
-        for r in range(12):
+        for r in range(rounds):
             i = (k + r) % len(prompts)
-            if tok.encode_segments(rerender(prompts[i])).ids != expected[i]:
+            if fresh:
+                segments = [(text + f" {k}-{r}", allow) for text, allow in prompts[i]]
+                wanted = ref.encode_segments(segments)
+            else:
+                segments, wanted = rerender(prompts[i]), expected[i]
+            if tok.encode_segments(segments).ids != wanted:
                 failures.append(f"thread {k}, round {r}, prompt {i}")
 
     threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
@@ -125,7 +131,12 @@ def test_callers_on_several_threads_share_one_helper(tok, ref):
         thread.start()
     for thread in threads:
         thread.join()
-    assert failures == []
+    return failures
+
+
+def test_callers_on_several_threads_share_one_helper(tok, ref):
+    prompts = [sample_prompt(25_000 + 5_000 * k, seed=30 + k) for k in range(4)]
+    assert failures_of_callers(tok, ref, prompts, rounds=12) == []
 
 
 # Run in a process of its own whose allocator unmaps every block of 16 kB or more when it is freed: a helper that
@@ -372,22 +383,7 @@ def test_fresh_cached_calls_longer_than_the_limit_go_packed(ref, monkeypatch):
 
 def test_fresh_cached_calls_from_callers_on_several_threads(cached_tok, ref):
     prompts = [sample_prompt(20_000 + 4_000 * k, seed=80 + k) for k in range(4)]
-    expected = [ref.encode_segments(p) for p in prompts]
-    failures: list[str] = []
-
-    def caller(k: int) -> None:
-        for r in range(8):
-            i = (k + r) % len(prompts)
-            segments = [(text + f" {k}-{r}", allow) for text, allow in prompts[i]]  # fresh every time
-            if cached_tok.encode_segments(segments).ids != ref.encode_segments(segments):
-                failures.append(f"thread {k}, round {r}, prompt {i}")
-
-    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
+    assert failures_of_callers(cached_tok, ref, prompts, rounds=8, fresh=True) == []
 
 
 @pytest.mark.parametrize("name", ["min_shared_short_call_bytes", "short_call_part_bytes", "short_call_part_shrink",
