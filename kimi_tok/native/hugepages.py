@@ -1,6 +1,6 @@
 """Tables in transparent huge pages: fewer TLB misses when text the caches have not seen is encoded.
 
-The BPE tables (~26 MB), each piece cache's short table (16 MB) and the scanner's code-point table (1 MB)
+The BPE tables (~26 MB), each piece cache's short table (32 MB) and the scanner's code-point table (1 MB)
 are probed at random. On 4 KB pages they span ~11,000 pages, far more than a core's TLB
 holds: once a serving stack has done other work between two calls (parsed a request, run a
 garbage collection), most probes of a new turn's text also walk the page tables. Laid out in

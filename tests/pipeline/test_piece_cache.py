@@ -124,7 +124,7 @@ def test_a_cache_grows_as_calls_fill_it_and_stays_exact(ref):
 
 
 def test_a_cache_seeded_with_the_vocabulary_starts_over_and_never_grows():
-    """A thread's short table starts as the vocabulary's entries in twice its size; calls that fill it
+    """A thread's short table starts as the vocabulary's entries in a larger table; calls that fill it
     make it start over (its merged pieces dropped, the vocabulary's put back) but never grow it, so
     giving a cache back never stalls on moving a large table; the ids stay tiktoken's."""
     import random

@@ -46,15 +46,16 @@ class PieceCache(NamedTuple):
 # entries in the short table, times the short table started over
 ENTRIES, KEY_BYTES_USED, IDS_USED, SHORT_ADDED, SHORT_BASE, SHORT_RESETS = 0, 1, 2, 3, 4, 5
 N_USED = 6
-# a short table starts over (the vocabulary's entries put back) past 3/4 full during a call (longer probe
-# runs cost more than the merges kept); one that did not start from the vocabulary's entries grows 2x when
-# a call leaves it 3/4 full (up to MAX_SHORT_CACHE_ENTRIES). One that did starts at SEEDED_SHORT_FACTOR times
-# the vocabulary's table and never grows: moving a table of 8-64 MB took 80-233 ms, a stall of the call
-# that gave the cache back (docs/performance.md)
-SHORT_FULL_EIGHTHS = 6
-SHORT_GROW_QUARTERS = 3
-SEEDED_SHORT_FACTOR = 2
-# An unseeded short table (the routes' caches) starts small and grows 2x when a call leaves it 3/4 full, up to
+# a short table starts over (the vocabulary's entries put back) past half full during a call: a piece added
+# later lands further from its slot and is read slower ever after (added at 0.5 full +17%, at 0.7 +37% on cached
+# French; docs/performance.md, "The short table's load"). One that did not start from the vocabulary's entries
+# grows 2x when a call leaves it 3/8 full (up to MAX_SHORT_CACHE_ENTRIES). One that did starts at
+# SEEDED_SHORT_FACTOR times the vocabulary's table (the vocabulary 16% of it) and never grows: moving a table of
+# 8-64 MB took 80-233 ms, a stall of the call that gave the cache back
+SHORT_FULL_EIGHTHS = 4
+SHORT_GROW_EIGHTHS = 3
+SEEDED_SHORT_FACTOR = 4
+# An unseeded short table (the routes' caches) starts small and grows 2x when a call leaves it 3/8 full, up to
 # MAX_SHORT_CACHE_ENTRIES. The general table is reserved at its full size (about 44 MB of address space, backed
 # as entries are written): growing it in the call that gave the cache back cost 15-70 ms per growth, most of
 # it the first writes to the new memory (docs/performance.md, "Piece caches reserved at full size"). A cache
@@ -178,7 +179,7 @@ class PieceCachePool:
 
 def grown_piece_cache(cache: PieceCache) -> PieceCache:
     """``cache``, or a copy with a larger table (its entries moved over) where a call left an unseeded
-    short table 3/4 full or had to start over (then 2x), or the general table half full (then 4x: few
+    short table 3/8 full or had to start over (then 2x), or the general table half full (then 4x: few
     growths, as fresh memory costs page faults), up to their maximum; the other table is shared."""
     grow_short, grow_general = growth_needed(cache)
     used = cache.used
@@ -201,13 +202,13 @@ def grown_piece_cache(cache: PieceCache) -> PieceCache:
 @leaf
 def growth_needed(cache):
     """``(grow_short, grow_general)``: whether ``grown_piece_cache`` grows the short table (not seeded
-    from the vocabulary, and 3/4 full or started over) and the general table (half full), each below its
+    from the vocabulary, and 3/8 full or started over) and the general table (half full), each below its
     maximum. A short call's kernel answers it too, so that giving its cache back reads no NumPy scalars
     (~14 us after other work; docs/performance.md, "The fixed cost of a short call")."""
     used = cache.used
     short_entries = cache.short_slots.shape[0] // ENTRY_WORDS
-    grow_short = (used[SHORT_BASE] == 0 and (used[SHORT_RESETS] > 0 or used[SHORT_ADDED] * 4 >= short_entries
-                                              * SHORT_GROW_QUARTERS) and short_entries < MAX_SHORT_CACHE_ENTRIES)
+    grow_short = (used[SHORT_BASE] == 0 and (used[SHORT_RESETS] > 0 or used[SHORT_ADDED] * 8 >= short_entries
+                                              * SHORT_GROW_EIGHTHS) and short_entries < MAX_SHORT_CACHE_ENTRIES)
     entries = cache.key_at.shape[0]
     grow_general = (used[ENTRIES] * 2 >= entries or used[KEY_BYTES_USED] * 2 >= cache.key_bytes.shape[0]
                     or used[IDS_USED] * 2 >= cache.ids.shape[0]) and entries < MAX_PIECE_CACHE_ENTRIES

@@ -75,8 +75,8 @@ class BpeTables(NamedTuple):
 
 
 def short_table_entries(n_keys: int) -> int:
-    """Entries of a short table for ``n_keys``: a power of two at most 5/8 full (a piece cache's copy
-    then takes merged pieces up to 3/4 before it grows)."""
+    """Entries of a short table for ``n_keys``: a power of two at most 5/8 full (a piece cache's copy is
+    ``piece_cache.SEEDED_SHORT_FACTOR`` times larger)."""
     entries = 16
     while entries * 5 < n_keys * 8:
         entries *= 2
