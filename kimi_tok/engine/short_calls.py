@@ -387,7 +387,7 @@ class ShortCallHelper:
             if self._closed or self.running:
                 return
             stages = self.stages
-            cache, _ = stages.piece_caches.take()
+            cache = stages.piece_caches.new()
             probe = np.array([QUIT, 0, 0, 0], dtype=np.int32)  # returns at once: errors surface here
             serve_short_calls(probe, self.job, stages.tables, stages.specials, stages.pretokenizer.scan_table, cache,
                               SYS_FUTEX)

@@ -23,6 +23,7 @@ from kimi_tok import Policy
 from kimi_tok.engine import short_calls
 from kimi_tok.native.cpython import LAYOUT
 from kimi_tok.native.futex import HAS_FUTEX
+from kimi_tok.reuse.warmup import wait_for_background
 from kimi_tok.samples import render_chat, sample_prompt, sample_text
 from kimi_tok.vocab import KIMI_PATTERN, embedded_kimi_k3
 from tests.parity import assert_parity, rerender
@@ -231,6 +232,24 @@ def test_a_long_call_starts_the_helper_and_a_short_one_does_not(ref):
     assert helper(tok).running
     assert_parity(tok, ref, rerender(long))
     helper(tok).close()
+
+
+def test_the_helper_makes_a_piece_cache_of_its_own(ref):
+    """A starting helper leaves the free piece caches to calls: the long call that starts it may be fanning
+    out, and a thread of that call that finds no free cache makes one in the call."""
+    tok = own_tokenizer(sharing_policy())
+    assert_parity(tok, ref, [("a call that leaves its piece cache free", False)])
+    wait_for_background()
+    pool = tok.engine.stages.piece_caches
+    free = pool.kept()
+    assert free
+    helper(tok).start()
+    try:
+        assert [id(c) for c in pool.kept()] == [id(c) for c in free]  # none taken
+        assert_parity(tok, ref, calls()["prompt"][0])
+    finally:
+        helper(tok).close()
+    assert len(pool.kept()) == min(len(free) + 1, pool._keep)  # given back when it stopped
 
 
 @pytest.mark.parametrize("changes", [dict(n_jobs=1), dict(parked_helpers=False), dict(hash_routing=True),
