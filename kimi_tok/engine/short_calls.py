@@ -201,7 +201,8 @@ def _encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes,
     """``encode_pairs_shared``, and where each segment's ids start and end (``bounds``, if ``with_bounds``) and what
     ``ids_of_parts`` gathers the ids from again (``kept``): ``(ids, status, may_grow, start_helper, bounds,
     kept)``. ``must_share``: a call the helper cannot take (none, or busy) is declined (``NOT_SHARED``) before
-    its text is read, rather than run on this thread alone."""
+    its text is read, rather than run on this thread alone, and so is one whose helper another caller claimed while
+    this one read its text (only a call too short to share runs alone)."""
     if must_share:
         phase = atomics.load(words, STATE) & PHASE_MASK
         for _ in range(HELPER_SPIN_READS if phase == RUNNING else 0):  # it may be between DONE and IDLE
@@ -220,6 +221,9 @@ def _encode_pairs_shared(bundle, address, n_pairs, layout, max_chars, max_bytes,
     number = (state >> PHASE_BITS) + 1
     if not (long_enough and (state & PHASE_MASK) == IDLE
             and atomics.compare_exchange(words, STATE, state, _state(number, CLAIMED))):
+        if must_share and long_enough:
+            return (np.empty(0, dtype=ID_DTYPE), NOT_SHARED, False, (state & PHASE_MASK) == STOPPED,
+                    np.empty(0, dtype=np.int64), _nothing_kept())
         ids, bounds, kept = _encode_alone(bundle, buf, seg_start, seg_end, allow_special, tiktoken_safe, with_bounds)
         grow_short, grow_general = growth_needed(cache)
         return (ids, status, grow_short or grow_general, long_enough and (state & PHASE_MASK) == STOPPED, bounds,

@@ -45,12 +45,17 @@ def own_tokenizer(policy: Policy) -> kimi_tok.Tokenizer:
     return kimi_tok.Tokenizer(*embedded_kimi_k3(), KIMI_PATTERN, name="short calls test", policy=policy)
 
 
-@pytest.fixture(scope="module")
-def tok():
-    tok = own_tokenizer(sharing_policy())
+def started(policy: Policy):
+    """A Tokenizer of its own with its helper thread started, for a module's tests; the thread stopped after."""
+    tok = own_tokenizer(policy)
     helper(tok).start()
     yield tok
     helper(tok).close()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    yield from started(sharing_policy())
 
 
 def helper(tok: kimi_tok.Tokenizer) -> short_calls.ShortCallHelper:
@@ -328,10 +333,7 @@ def cached_sharing_policy(**changes) -> Policy:
 
 @pytest.fixture(scope="module")
 def cached_tok():
-    tok = own_tokenizer(cached_sharing_policy())
-    helper(tok).start()
-    yield tok
-    helper(tok).close()
+    yield from started(cached_sharing_policy())
 
 
 def watch_shared_in_place(tok, monkeypatch) -> list:
